@@ -1,0 +1,103 @@
+"""notify-api: tell kubeopera-api the CloudSpace is active, and set the Tenant Ready.
+
+Takes ``io.kubeopera.tenant.kubeconfig.stored``. Sends the original operator's PATCH to
+``{KUBEOPERA_API_BASE_URL}/api/v1/cloudspaces/{cloudSpaceID}`` (bearer token when one is set,
+short timeout). The callback is non-fatal, as it was: refused, timed out or answered non-2xx, the
+Tenant still becomes Ready, a warning is logged, and condition ``CallbackDelivered`` says what
+happened. A Tenant already Ready for its generation is not re-announced.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cloudevents.core.base import BaseCloudEvent
+from flask import Flask
+
+from shared import events, logs
+from shared.http import Step, function_app
+from shared.kube import Kube
+from shared.kubeopera_api import CloudSpaceActive, KubeoperaApi
+from shared.reconcile import live_tenant, write_status
+from shared.runtime import Runtime
+from shared.tenant import (
+    COND_CALLBACK,
+    COND_KUBECONFIG_STORED,
+    COND_READY,
+    Condition,
+    Phase,
+    StatusUpdate,
+    TenantRef,
+    rfc3339,
+    utcnow,
+)
+
+NAME = "notify-api"
+log = logging.getLogger(__name__)
+
+
+def handle(kube: Kube, api: KubeoperaApi, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+    tenant = live_tenant(kube, ref)
+    if tenant is None:
+        return None
+    if tenant.status.phase == Phase.READY and tenant.status.observed_generation == tenant.generation:
+        log.info("tenant already Ready for this generation; kubeopera-api was told before")
+        return None
+    if tenant.status.phase != Phase.PROVISIONING:
+        log.info("tenant is not Provisioning; nothing to announce")
+        return None
+    names = tenant.spec.names
+    result = api.report_active(
+        CloudSpaceActive(
+            cloud_space_id=names.cloud_space_id,
+            vcluster_id=names.release,
+            namespace=names.namespace,
+            kubeconfig_secret=names.kubeconfig_secret,
+        ),
+        traceparent=logs.current("traceparent"),
+    )
+    if result.delivered:
+        callback = Condition(COND_CALLBACK, "True", "Delivered", f"kubeopera-api {result.detail}", tenant.generation)
+        message = "vCluster ready"
+    else:
+        log.warning("kubeopera-api callback failed; the tenant is Ready anyway", extra={"detail": result.detail})
+        callback = Condition(
+            COND_CALLBACK, "False", "CallbackFailed", f"kubeopera-api {result.detail}", tenant.generation
+        )
+        message = f"vCluster ready; kubeopera-api callback failed ({result.detail})"
+    write_status(
+        kube,
+        tenant,
+        StatusUpdate(
+            phase=Phase.READY,
+            fields={
+                "kubeconfigSecret": names.kubeconfig_secret,
+                "lastSyncedAt": rfc3339(utcnow()),
+                "observedGeneration": tenant.generation,
+                "message": message,
+            },
+            conditions=(
+                Condition(COND_KUBECONFIG_STORED, "True", "Stored", names.kubeconfig_secret, tenant.generation),
+                callback,
+                Condition(COND_READY, "True", "VClusterReady", message, tenant.generation),
+            ),
+        ),
+    )
+    return None
+
+
+def create_app() -> Flask:
+    rt = Runtime.start(NAME)
+    api = KubeoperaApi(
+        rt.settings.kubeopera_api_base_url,
+        rt.settings.internal_service_token,
+        rt.settings.callback_timeout_seconds,
+    )
+    return function_app(
+        Step(
+            name=NAME,
+            accepts=frozenset({events.KUBECONFIG_STORED}),
+            handle=lambda event, ref: handle(rt.kube, api, event, ref),
+            on_permanent=rt.mark_failed,
+        )
+    )

@@ -1,0 +1,53 @@
+"""The error hierarchy: every failure says whether it is temporary or permanent.
+
+The HTTP layer (``shared.http``) maps these to status codes in one place, following Knative's
+delivery rules (design.md section 2, rule 4): a ``TemporaryError`` becomes 503 (with
+``Retry-After`` when it names a delay) so the broker re-delivers; a ``PermanentError`` becomes
+422, which Knative does not retry, and the function marks the Tenant Failed with the message
+first; a ``BadEvent`` becomes 400. Messages never contain secrets (rule 5).
+"""
+
+from __future__ import annotations
+
+
+class TenantError(Exception):
+    """Base of every error the functions raise on purpose."""
+
+    http_status = 500
+
+
+class TemporaryError(TenantError):
+    """Will likely succeed later: the broker should re-deliver the event."""
+
+    http_status = 503
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NotReadyYet(TemporaryError):
+    """The vCluster is still booting; ask again after the poll interval."""
+
+    def __init__(self, message: str, *, retry_after: int = 15) -> None:
+        super().__init__(message, retry_after=retry_after)
+
+
+class Conflict(TemporaryError):
+    """Someone else changed the object first (HTTP 409 from the API server)."""
+
+
+class PermanentError(TenantError):
+    """Will never succeed as things are: mark the Tenant Failed and do not retry."""
+
+    http_status = 422
+
+
+class BadEvent(TenantError):
+    """The request is not a CloudEvent this function understands; nothing was changed."""
+
+    http_status = 400
+
+
+class ConfigError(TenantError):
+    """A setting from the environment is missing or malformed; raised at start-up."""

@@ -1,0 +1,102 @@
+"""CloudEvents in and out: parse a request (binary or structured), build our own events.
+
+Inbound events are hints (design.md rule 1): this module only extracts *which* Tenant an event
+speaks about (a ``TenantRef``); functions re-read the Tenant before acting. The ApiServerSource's
+events carry the whole Tenant object; our own carry ``{namespace, name, uid, generation}``
+(design.md section 3). Outbound events are written in binary mode, the way Knative delivers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+from cloudevents.core.base import BaseCloudEvent
+from cloudevents.core.bindings import http as ce_http
+from cloudevents.core.exceptions import BaseCloudEventException
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+
+from shared.errors import BadEvent
+from shared.tenant import KIND, TenantRef
+
+APISERVER_ADD: Final = "dev.knative.apiserver.resource.add"
+APISERVER_UPDATE: Final = "dev.knative.apiserver.resource.update"
+APISERVER_DELETE: Final = "dev.knative.apiserver.resource.delete"
+PROVISIONING: Final = "io.kubeopera.tenant.provisioning"
+READY: Final = "io.kubeopera.tenant.ready"
+KUBECONFIG_STORED: Final = "io.kubeopera.tenant.kubeconfig.stored"
+RESYNC: Final = "io.kubeopera.tenant.resync"
+
+APISERVER_TYPES: Final = frozenset({APISERVER_ADD, APISERVER_UPDATE, APISERVER_DELETE})
+SOURCE_PREFIX: Final = "/kubeopera/tenants/"
+
+_FORMAT = JSONFormat()
+
+
+def parse(headers: Mapping[str, str], body: bytes) -> BaseCloudEvent:
+    """A CloudEvent from an HTTP request, binary or structured; ``BadEvent`` says why not."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    is_binary = any(k.startswith("ce-") for k in lowered)
+    is_structured = lowered.get("content-type", "").startswith("application/cloudevents+json")
+    if not (is_binary or is_structured):
+        raise BadEvent("not a CloudEvent: expected ce-* headers (binary) or application/cloudevents+json")
+    try:
+        return ce_http.from_http(ce_http.HTTPMessage(headers=lowered, body=body), _FORMAT, CloudEvent)
+    except (BaseCloudEventException, ValueError, TypeError, KeyError) as err:
+        raise BadEvent(f"malformed CloudEvent: {type(err).__name__}: {err}") from None
+
+
+def tenant_ref(event: BaseCloudEvent) -> TenantRef:
+    """Which Tenant the event is about, from the Tenant object or our own event data."""
+    data = event.get_data()
+    if not isinstance(data, dict):
+        raise BadEvent(f"event {event.get_type()} carries no JSON object as data")
+    if event.get_type() in APISERVER_TYPES:
+        if data.get("kind") != KIND:
+            raise BadEvent(f"event {event.get_type()} is about a {data.get('kind')!r}, not a {KIND}")
+        meta = data.get("metadata")
+        if not isinstance(meta, dict):
+            raise BadEvent("Tenant object in the event has no metadata")
+        fields: Mapping[str, Any] = meta
+    else:
+        fields = data
+    try:
+        namespace, name, uid = (fields[k] for k in ("namespace", "name", "uid"))
+        generation = fields.get("generation", 0)
+    except KeyError as missing:
+        raise BadEvent(f"event data lacks {missing.args[0]!r}") from None
+    if not all(isinstance(v, str) and v for v in (namespace, name, uid)):
+        raise BadEvent("event data: namespace, name and uid must be non-empty strings")
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise BadEvent("event data: generation must be a whole number")
+    return TenantRef(namespace=namespace, name=name, uid=uid, generation=generation)
+
+
+def ref_data(ref: TenantRef) -> dict[str, Any]:
+    return {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid, "generation": ref.generation}
+
+
+def make(event_type: str, function: str, ref: TenantRef, **extra: Any) -> CloudEvent:
+    """One of our own events (design.md section 3): source, subject and JSON data set."""
+    return CloudEvent(
+        attributes={
+            "id": str(uuid.uuid4()),
+            "type": event_type,
+            "source": f"{SOURCE_PREFIX}{function}",
+            "subject": ref.key,
+            "datacontenttype": "application/json",
+        },
+        data=ref_data(ref) | extra,
+    )
+
+
+def to_binary(event: BaseCloudEvent) -> tuple[dict[str, str], bytes]:
+    message = ce_http.to_binary(event, _FORMAT)
+    return dict(message.headers), message.body
+
+
+def to_structured(event: BaseCloudEvent) -> tuple[dict[str, str], bytes]:
+    message = ce_http.to_structured(event, _FORMAT)
+    return dict(message.headers), message.body

@@ -1,0 +1,198 @@
+"""The one adapter to helm (the only module that imports ``pyhelm3``).
+
+pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
+
+- **A chart cache.** Helm 3 re-downloads an OCI chart on every install; we pull the pinned
+  chart version once per process into ``CHART_CACHE_DIR`` and install from that folder.
+- **No needless revisions.** ``install_or_upgrade`` compares the desired values with the
+  release's current ones and returns the current revision when they are equal, so a re-delivered
+  event does not create a new helm revision.
+- **One helm operation per release at a time** inside a process (a lock per release); across
+  processes helm's own pending states refuse a second operation, which we report as temporary.
+- **Errors by kind.** A schema or render failure and a missing chart are permanent; a
+  connection failure, a release busy in another operation and anything unknown are temporary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import threading
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyhelm3
+from pyhelm3 import errors as helm_errors
+
+from shared.errors import PermanentError, TemporaryError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEPLOYED = "deployed"
+FAILED = "failed"
+PENDING_STATES = frozenset({"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"})
+
+
+@dataclass(frozen=True)
+class ReleaseState:
+    name: str
+    namespace: str
+    revision: int
+    status: str
+    chart_version: str
+
+    @property
+    def deployed(self) -> bool:
+        return self.status == DEPLOYED
+
+    @property
+    def pending(self) -> bool:
+        return self.status in PENDING_STATES
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def _classify(what: str, err: helm_errors.Error) -> Exception:
+    text = (err.stderr or b"").decode(errors="replace").strip()
+    detail = text.splitlines()[-1] if text else type(err).__name__
+    if "values don't meet the specifications of the schema" in text or isinstance(
+        err, helm_errors.FailedToRenderChartError
+    ):
+        return PermanentError(f"{what}: the chart rejected the values: {detail}")
+    if isinstance(err, helm_errors.ChartNotFoundError):
+        return PermanentError(f"{what}: chart not found: {detail}")
+    if "another operation (install/upgrade/rollback) is in progress" in text:
+        return TemporaryError(f"{what}: another helm operation is in progress on the release", retry_after=5)
+    return TemporaryError(f"{what}: helm failed: {detail}", retry_after=5)
+
+
+class Helm:
+    """Install, inspect and remove vCluster releases with one pinned chart."""
+
+    def __init__(
+        self,
+        chart_ref: str,
+        chart_version: str,
+        chart_cache_dir: Path,
+        *,
+        executable: str = "helm",
+        kubeconfig: Path | None = None,
+    ) -> None:
+        self._chart_ref = chart_ref
+        self._chart_version = chart_version
+        self._cache_dir = chart_cache_dir
+        self._client = pyhelm3.Client(executable=executable, kubeconfig=kubeconfig, default_timeout="5m")
+        self._chart: Any = None
+        self._chart_lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    @property
+    def chart_version(self) -> str:
+        return self._chart_version
+
+    def _release_lock(self, namespace: str, release: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(f"{namespace}/{release}", threading.Lock())
+
+    def chart(self) -> Any:
+        """The pinned chart, pulled once into the cache folder (thread-safe)."""
+        with self._chart_lock:
+            if self._chart is None:
+                self._chart = _run(self._load_chart())
+            return self._chart
+
+    async def _load_chart(self) -> Any:
+        if self._chart_ref.startswith("/"):
+            return await self._client.get_chart(Path(self._chart_ref))
+        name = self._chart_ref.rstrip("/").rsplit("/", 1)[-1]
+        local = self._cache_dir / f"{name}-{self._chart_version}"
+        if not (local / "Chart.yaml").is_file():
+            self._cache_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                async with self._client.pull_chart(self._chart_ref, version=self._chart_version) as pulled:
+                    staging = self._cache_dir / f".{local.name}.partial"
+                    shutil.rmtree(staging, ignore_errors=True)
+                    shutil.copytree(Path(pulled.ref), staging)
+                    shutil.rmtree(local, ignore_errors=True)
+                    staging.rename(local)
+            except helm_errors.Error as err:
+                raise _classify(f"pull {self._chart_ref}:{self._chart_version}", err) from None
+            log.info("chart pulled", extra={"chart": self._chart_ref, "version": self._chart_version})
+        return await self._client.get_chart(local)
+
+    def release(self, name: str, namespace: str) -> ReleaseState | None:
+        try:
+            revision = _run(self._client.get_current_revision(name, namespace=namespace))
+        except helm_errors.ReleaseNotFoundError:
+            return None
+        except helm_errors.Error as err:
+            raise _classify(f"helm status {namespace}/{name}", err) from None
+        meta = revision.chart_metadata_
+        return ReleaseState(
+            name=name,
+            namespace=namespace,
+            revision=int(revision.revision),
+            status=str(revision.status.value),
+            chart_version=str(meta.version) if meta is not None else "",
+        )
+
+    def values(self, name: str, namespace: str) -> dict[str, Any]:
+        """The user-supplied values of the release's current revision."""
+        try:
+            revision = _run(self._client.get_current_revision(name, namespace=namespace))
+            return dict(_run(revision.values()) or {})
+        except helm_errors.Error as err:
+            raise _classify(f"helm get values {namespace}/{name}", err) from None
+
+    def install_or_upgrade(self, name: str, namespace: str, values: Mapping[str, Any]) -> ReleaseState:
+        """Make the release run the pinned chart with ``values``; no new revision if it already does."""
+        with self._release_lock(namespace, name):
+            current = self.release(name, namespace)
+            if current is not None:
+                if current.pending:
+                    raise TemporaryError(
+                        f"release {namespace}/{name} is {current.status}: another helm operation is in progress",
+                        retry_after=5,
+                    )
+                if (
+                    current.deployed
+                    and current.chart_version == self._chart_version
+                    and _same(self.values(name, namespace), values)
+                ):
+                    return current
+            chart = self.chart()
+            try:
+                _run(
+                    self._client.install_or_upgrade_release(
+                        name, chart, dict(values), namespace=namespace, create_namespace=False, wait=False
+                    )
+                )
+            except helm_errors.Error as err:
+                raise _classify(f"helm upgrade --install {namespace}/{name}", err) from None
+            state = self.release(name, namespace)
+            if state is None:  # helm said yes, then has no release: treat as a race, retry
+                raise TemporaryError(f"release {namespace}/{name} vanished right after install")
+            log.info(
+                "release installed",
+                extra={"release": name, "namespace": namespace, "revision": state.revision, "status": state.status},
+            )
+            return state
+
+    def uninstall(self, name: str, namespace: str) -> None:
+        with self._release_lock(namespace, name):
+            try:
+                _run(self._client.uninstall_release(name, namespace=namespace, wait=False))
+            except helm_errors.Error as err:
+                raise _classify(f"helm uninstall {namespace}/{name}", err) from None
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

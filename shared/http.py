@@ -1,0 +1,153 @@
+"""The HTTP face of every function, and the one place where errors become status codes.
+
+``function_app`` wraps a step (``handle(event, ref) -> reply | None``) in a Flask app that
+Knative (or the local broker) delivers to:
+
+=========================  ======  ==========================================================
+outcome                    status  broker does
+=========================  ======  ==========================================================
+reply event                200     puts the reply (binary mode) back into the broker
+nothing to do / done       204     ends the delivery
+``BadEvent``               400     dead-letters it (no retry); nothing was changed
+``PermanentError``         422     dead-letters it; the Tenant was marked Failed first
+``TemporaryError``         503     re-delivers, after ``Retry-After`` when the error names one
+anything unexpected        500     re-delivers (with the Trigger's backoff)
+=========================  ======  ==========================================================
+
+A ``Conflict`` (someone wrote the Tenant first) re-runs the step on fresh data up to three times
+before it is answered as temporary. Bodies larger than 1 MiB are refused with 413. Error bodies
+are ``{"error": message}``; messages never hold secrets. ``/healthz``, ``/readyz`` and
+``/metrics`` share the port, since a Knative Service exposes one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cloudevents.core.base import BaseCloudEvent
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from shared import events, logs
+from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError
+from shared.metrics import RECONCILE_ERRORS, RECONCILE_TIME, RECONCILE_TOTAL
+from shared.tenant import TenantRef
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1024 * 1024
+CONFLICT_ATTEMPTS = 3
+
+Handle = Callable[[BaseCloudEvent, TenantRef], BaseCloudEvent | None]
+
+
+def _always_ready() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Step:
+    """One function: its name, the event types it takes, and what it does."""
+
+    name: str
+    accepts: frozenset[str]
+    handle: Handle
+    on_permanent: Callable[[TenantRef, PermanentError], None]
+    ready: Callable[[], bool] = field(default=_always_ready)
+
+
+def _error(status: int, message: str, retry_after: int | None = None) -> Response:
+    response = Response(json.dumps({"error": message}), status=status, mimetype="application/json")
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
+def _trace_id(traceparent: str) -> str:
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
+
+
+def function_app(step: Step) -> Flask:
+    app = Flask(step.name)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        if step.ready():
+            return Response("ok\n", mimetype="text/plain")
+        return Response("not ready\n", status=503, mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
+
+    @app.post("/")
+    def receive() -> Response:
+        started = time.monotonic()
+        traceparent = request.headers.get("traceparent", "")
+        with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
+            response, result = _deliver(step)
+        RECONCILE_TOTAL.labels(step.name, result).inc()
+        if result == "error":
+            RECONCILE_ERRORS.labels(step.name).inc()
+        RECONCILE_TIME.labels(step.name).observe(time.monotonic() - started)
+        return response
+
+    return app
+
+
+def _deliver(step: Step) -> tuple[Response, str]:
+    ref: TenantRef | None = None
+    try:
+        body = request.get_data(cache=False)
+        event = events.parse(dict(request.headers), body)
+        with logs.bind(event_id=event.get_id(), event_type=event.get_type()):
+            if event.get_type() not in step.accepts:
+                raise BadEvent(f"{step.name} does not handle events of type {event.get_type()!r}")
+            ref = events.tenant_ref(event)
+            with logs.bind(tenant=ref.key):
+                reply = _run(step, event, ref)
+                if reply is None:
+                    log.info("delivery done")
+                    return Response(status=204), "success"
+                headers, payload = events.to_binary(reply)
+                log.info("delivery done; replying", extra={"reply_type": reply.get_type()})
+                return Response(payload, status=200, headers=headers), "success"
+    except BadEvent as err:
+        log.warning("bad event refused", extra={"error": str(err)})
+        return _error(400, str(err)), "error"
+    except PermanentError as err:
+        log.error("permanent failure", extra={"error": str(err)})
+        if ref is not None:
+            try:
+                with logs.bind(tenant=ref.key):
+                    step.on_permanent(ref, err)
+            except TemporaryError as marking:
+                return _error(503, f"{err} (and marking the tenant Failed failed: {marking})", 5), "error"
+        return _error(422, str(err)), "error"
+    except TemporaryError as err:
+        log.info("temporary condition; asking for re-delivery", extra={"error": str(err), "retry_after": err.retry_after})
+        return _error(503, str(err), err.retry_after), "requeue"
+    except Exception:
+        log.exception("unexpected failure")
+        return _error(500, "internal error; see the function's logs"), "error"
+
+
+def _run(step: Step, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return step.handle(event, ref)
+        except Conflict:
+            if attempt == CONFLICT_ATTEMPTS:
+                raise
+            log.info("conflict on write; re-reading and deciding again", extra={"attempt": attempt})
+    raise AssertionError("unreachable")

@@ -1,0 +1,79 @@
+"""The naming rules of the original operator, as pure functions of a Tenant's spec.
+
+- Helm release: ``vc-{tenantName}`` (at most 53 characters, Helm's limit)
+- Host namespace: ``vcluster-{tenantName}``
+- Secret vcluster writes: ``vc-{release}`` (key ``config``) in the host namespace
+- Stored kubeconfig: ``tenant-{cloudSpaceID}-kubeconfig`` in the Tenant namespace
+- In-cluster address of the vCluster: ``https://{release}.{namespace}:443`` (design.md section 5)
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from shared.errors import PermanentError
+
+TENANT_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$"
+_TENANT_NAME = re.compile(TENANT_NAME_PATTERN)
+RELEASE_NAME_MAX = 53
+
+LABEL_TENANT_ID = "kubeopera.io/tenant-id"
+LABEL_MANAGED_BY = "kubeopera.io/managed-by"
+LABEL_TENANT_NAME = "kubeopera.io/tenant"
+MANAGED_BY = "tenant-controller"
+KUBECONFIG_KEY = "kubeconfig"
+VCLUSTER_CONFIG_KEY = "config"
+
+
+def check_tenant_name(tenant_name: str) -> str:
+    if not _TENANT_NAME.match(tenant_name):
+        raise PermanentError(
+            f"spec.tenantName {tenant_name!r} must match {TENANT_NAME_PATTERN} "
+            "(3 to 32 lowercase letters, digits or '-', starting and ending with a letter or digit)"
+        )
+    return tenant_name
+
+
+def check_uuid(field_name: str, value: str) -> str:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise PermanentError(f"spec.{field_name} {value!r} is not a UUID") from None
+    return value
+
+
+@dataclass(frozen=True)
+class TenantNames:
+    """Every name derived from one Tenant."""
+
+    tenant_name: str
+    cloud_space_id: str
+
+    @classmethod
+    def of(cls, tenant_name: str, cloud_space_id: str) -> TenantNames:
+        names = cls(check_tenant_name(tenant_name), check_uuid("cloudSpaceID", cloud_space_id))
+        if len(names.release) > RELEASE_NAME_MAX:  # cannot happen with the pattern; kept as the rule
+            raise PermanentError(f"release name {names.release!r} is longer than {RELEASE_NAME_MAX} characters")
+        return names
+
+    @property
+    def release(self) -> str:
+        return f"vc-{self.tenant_name}"
+
+    @property
+    def namespace(self) -> str:
+        return f"vcluster-{self.tenant_name}"
+
+    @property
+    def vcluster_secret(self) -> str:
+        return f"vc-{self.release}"
+
+    @property
+    def kubeconfig_secret(self) -> str:
+        return f"tenant-{self.cloud_space_id}-kubeconfig"
+
+    @property
+    def in_cluster_server(self) -> str:
+        return f"https://{self.release}.{self.namespace}:443"

@@ -1,0 +1,80 @@
+"""The rules every step keeps before and after it acts (design.md section 2).
+
+- ``live_tenant``: the event is a hint; re-read the Tenant and return it only if it is the same
+  object (uid) at the same generation the event was about. Anything else is acknowledged and
+  ignored by the caller.
+- ``write_status``: status writes carry the resourceVersion we read; a ``Conflict`` bubbles up
+  and the HTTP layer re-runs the whole step on fresh data.
+- ``mark_failed``: phase Failed with a message, unless the Tenant already moved on (Ready, or a
+  newer generation), so a late failure never overwrites a success.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from shared.kube import Kube
+from shared.tenant import (
+    COND_READY,
+    Condition,
+    Phase,
+    StatusUpdate,
+    Tenant,
+    TenantRef,
+    rfc3339,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+MESSAGE_MAX = 1024
+
+
+def live_tenant(kube: Kube, ref: TenantRef) -> Tenant | None:
+    tenant = kube.get_tenant(ref.namespace, ref.name)
+    if tenant is None:
+        log.info("tenant is gone; event ignored")
+        return None
+    if tenant.uid != ref.uid:
+        log.info("event is about another incarnation of the tenant; ignored", extra={"event_uid": ref.uid})
+        return None
+    if ref.generation and tenant.generation != ref.generation:
+        log.info(
+            "event is about another generation; ignored",
+            extra={"event_generation": ref.generation, "live_generation": tenant.generation},
+        )
+        return None
+    return tenant
+
+
+def write_status(kube: Kube, tenant: Tenant, update: StatusUpdate) -> Tenant:
+    updated = kube.patch_tenant_status(tenant, update)
+    log.info(
+        "status written",
+        extra={"phase": updated.status.phase.value if updated.status.phase else "", "generation": tenant.generation},
+    )
+    return updated
+
+
+def failed_update(tenant: Tenant, message: str, reason: str = "ProvisioningFailed") -> StatusUpdate:
+    message = message[:MESSAGE_MAX]
+    return StatusUpdate(
+        phase=Phase.FAILED,
+        fields={"message": message, "lastSyncedAt": rfc3339(utcnow())},
+        conditions=(Condition(COND_READY, "False", reason, message, tenant.generation),),
+    )
+
+
+def mark_failed(kube: Kube, ref: TenantRef, message: str, reason: str = "ProvisioningFailed") -> bool:
+    """Set phase Failed if the tenant is still the one the event named and is not settled."""
+    tenant = live_tenant(kube, ref)
+    if tenant is None:
+        return False
+    if tenant.status.phase == Phase.FAILED:
+        return False
+    if tenant.status.phase == Phase.READY and tenant.status.observed_generation == tenant.generation:
+        log.warning("failure reported for a tenant that is Ready; left Ready", extra={"reason": reason})
+        return False
+    write_status(kube, tenant, failed_update(tenant, message, reason))
+    log.warning("tenant marked Failed", extra={"reason": reason, "failure": message[:MESSAGE_MAX]})
+    return True

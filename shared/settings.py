@@ -1,0 +1,93 @@
+"""Settings from the environment, read and checked once at start-up.
+
+The names and defaults are the original operator's (spec: Environment Variables) plus the ones
+this design adds (chart reference, Tenant namespace, timeouts). A bad value raises
+``ConfigError`` naming the variable, so a misconfigured Service fails its start, not a request.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from shared.errors import ConfigError
+
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a function needs to know about its environment."""
+
+    kubeopera_api_base_url: str = "http://kubeopera-api:8080"
+    internal_service_token: str = field(default="", repr=False)
+    environment: str = "development"
+    chart_ref: str = "oci://ghcr.io/loft-sh/charts/vcluster"
+    chart_version: str = "0.21.2"
+    tenant_namespace: str = "kubeopera-system"
+    log_level: str = "INFO"
+    provision_timeout_seconds: int = 600
+    callback_timeout_seconds: float = 5.0
+    ready_poll_seconds: int = 15
+    chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
+    helm_executable: str = "helm"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        defaults = cls()
+
+        def get(name: str, default: str) -> str:
+            value = env.get(name, "").strip()
+            return value or default
+
+        base_url = get("KUBEOPERA_API_BASE_URL", defaults.kubeopera_api_base_url).rstrip("/")
+        parsed = urlparse(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"KUBEOPERA_API_BASE_URL must be an http(s) URL, got {base_url!r}")
+        chart_ref = get("VCLUSTER_CHART", defaults.chart_ref)
+        if not (chart_ref.startswith("oci://") or chart_ref.startswith("/")):
+            raise ConfigError(f"VCLUSTER_CHART must be an oci:// reference or an absolute path, got {chart_ref!r}")
+        chart_version = get("VCLUSTER_CHART_VERSION", defaults.chart_version)
+        if not _SEMVER.match(chart_version):
+            raise ConfigError(f"VCLUSTER_CHART_VERSION must be an exact version like 0.21.2, got {chart_version!r}")
+        log_level = get("LOG_LEVEL", defaults.log_level).upper()
+        if log_level not in _LOG_LEVELS:
+            raise ConfigError(f"LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)}, got {log_level!r}")
+        namespace = get("TENANT_NAMESPACE", defaults.tenant_namespace)
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+            raise ConfigError(f"TENANT_NAMESPACE must be a namespace name, got {namespace!r}")
+        return cls(
+            kubeopera_api_base_url=base_url,
+            internal_service_token=env.get("INTERNAL_SERVICE_TOKEN", "").strip(),
+            environment=get("ENVIRONMENT", defaults.environment),
+            chart_ref=chart_ref,
+            chart_version=chart_version,
+            tenant_namespace=namespace,
+            log_level=log_level,
+            provision_timeout_seconds=_positive_int(env, "PROVISION_TIMEOUT_SECONDS", defaults.provision_timeout_seconds),
+            callback_timeout_seconds=float(
+                _positive_int(env, "CALLBACK_TIMEOUT_SECONDS", int(defaults.callback_timeout_seconds))
+            ),
+            ready_poll_seconds=_positive_int(env, "READY_POLL_SECONDS", defaults.ready_poll_seconds),
+            chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
+            helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
+        )
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return value

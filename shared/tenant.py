@@ -1,0 +1,227 @@
+"""The Tenant resource as immutable values, and the pure rules about its status.
+
+``Tenant.from_object`` turns the API server's JSON into frozen dataclasses; functions decide on
+those, never on raw dicts. ``StatusUpdate`` builds the merge patch for ``tenants/status``: it
+carries ``metadata.resourceVersion`` so the API server applies it only to the version we read
+(optimistic concurrency, design.md rule 3), and it keeps each condition's
+``lastTransitionTime`` unless the condition's status really changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.errors import PermanentError
+from shared.naming import TenantNames
+
+GROUP = "kubeopera.io"
+VERSION = "v1alpha1"
+PLURAL = "tenants"
+KIND = "Tenant"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Condition types this project sets.
+COND_READY = "Ready"
+COND_RELEASE_INSTALLED = "ReleaseInstalled"
+COND_KUBECONFIG_STORED = "KubeconfigStored"
+COND_CALLBACK = "CallbackDelivered"
+
+
+class Phase(enum.StrEnum):
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Quota:
+    cpu: str
+    memory: str
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    user_id: str
+    tenant_name: str
+    cloud_space_id: str
+    quota: Quota
+
+    @property
+    def names(self) -> TenantNames:
+        return TenantNames.of(self.tenant_name, self.cloud_space_id)
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str = ""
+    observed_generation: int = 0
+    last_transition_time: str = ""
+
+    def to_object(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": self.observed_generation,
+            "lastTransitionTime": self.last_transition_time,
+        }
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> Condition:
+        return cls(
+            type=str(obj.get("type", "")),
+            status=str(obj.get("status", "Unknown")),
+            reason=str(obj.get("reason", "")),
+            message=str(obj.get("message", "")),
+            observed_generation=int(obj.get("observedGeneration", 0) or 0),
+            last_transition_time=str(obj.get("lastTransitionTime", "")),
+        )
+
+
+@dataclass(frozen=True)
+class TenantStatus:
+    phase: Phase | None = None
+    vcluster_name: str = ""
+    namespace: str = ""
+    kubeconfig_secret: str = ""
+    last_synced_at: str = ""
+    observed_generation: int = 0
+    message: str = ""
+    conditions: tuple[Condition, ...] = ()
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def is_true(self, type_: str, generation: int) -> bool:
+        cond = self.condition(type_)
+        return cond is not None and cond.status == "True" and cond.observed_generation == generation
+
+
+@dataclass(frozen=True)
+class TenantRef:
+    """Which Tenant, and which incarnation and generation of it, an event speaks about."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    resource_version: str
+    spec: TenantSpec
+    status: TenantStatus = field(default_factory=TenantStatus)
+    deleting: bool = False
+    finalizers: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> TenantRef:
+        return TenantRef(self.namespace, self.name, self.uid, self.generation)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> Tenant:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        quota = spec.get("quota") or {}
+        try:
+            tenant_spec = TenantSpec(
+                user_id=str(spec["userID"]),
+                tenant_name=str(spec["tenantName"]),
+                cloud_space_id=str(spec["cloudSpaceID"]),
+                quota=Quota(cpu=str(quota["cpu"]), memory=str(quota["memory"])),
+            )
+        except KeyError as missing:
+            raise PermanentError(f"Tenant {meta.get('name')!r} lacks spec field {missing.args[0]}") from None
+        phase_raw = status.get("phase")
+        try:
+            phase = Phase(phase_raw) if phase_raw else None
+        except ValueError:
+            phase = None
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            generation=int(meta.get("generation", 0) or 0),
+            resource_version=str(meta.get("resourceVersion", "")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            finalizers=tuple(meta.get("finalizers") or ()),
+            spec=tenant_spec,
+            status=TenantStatus(
+                phase=phase,
+                vcluster_name=str(status.get("vclusterName", "")),
+                namespace=str(status.get("namespace", "")),
+                kubeconfig_secret=str(status.get("kubeconfigSecret", "")),
+                last_synced_at=str(status.get("lastSyncedAt", "")),
+                observed_generation=int(status.get("observedGeneration", 0) or 0),
+                message=str(status.get("message", "")),
+                conditions=tuple(Condition.from_object(c) for c in status.get("conditions") or ()),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    """A change to a Tenant's status, as the fields to set and the conditions to put."""
+
+    phase: Phase | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    conditions: Sequence[Condition] = ()
+
+    def patch_for(self, tenant: Tenant, now: datetime | None = None) -> dict[str, Any]:
+        """The merge patch for ``tenants/status``, guarded by the tenant's resourceVersion."""
+        moment = rfc3339(now or utcnow())
+        status: dict[str, Any] = dict(self.fields)
+        if self.phase is not None:
+            status["phase"] = self.phase.value
+        if self.conditions:
+            status["conditions"] = [
+                c.to_object() for c in merge_conditions(tenant.status.conditions, self.conditions, moment)
+            ]
+        return {"metadata": {"resourceVersion": tenant.resource_version}, "status": status}
+
+
+
+def merge_conditions(
+    current: Sequence[Condition], updates: Sequence[Condition], moment: str
+) -> list[Condition]:
+    """Put ``updates`` into ``current`` by type, keeping transition times of unchanged statuses."""
+    merged = {c.type: c for c in current}
+    for update in updates:
+        previous = merged.get(update.type)
+        keep = previous is not None and previous.status == update.status and previous.last_transition_time
+        transition = previous.last_transition_time if keep and previous else moment
+        merged[update.type] = replace(update, last_transition_time=transition)
+    return list(merged.values())
