@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask, Response, request
+from werkzeug.exceptions import RequestEntityTooLarge
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shared import events, logs
@@ -122,6 +123,9 @@ def _deliver(step: Step) -> tuple[Response, str]:
                 headers, payload = events.to_binary(reply)
                 log.info("delivery done; replying", extra={"reply_type": reply.get_type()})
                 return Response(payload, status=200, headers=headers), "success"
+    except RequestEntityTooLarge:
+        log.warning("oversized request refused")
+        return _error(413, f"request body larger than {MAX_BODY_BYTES} bytes"), "error"
     except BadEvent as err:
         log.warning("bad event refused", extra={"error": str(err)})
         return _error(400, str(err)), "error"

@@ -161,10 +161,10 @@ class Tenant:
                 user_id=str(spec["userID"]),
                 tenant_name=str(spec["tenantName"]),
                 cloud_space_id=str(spec["cloudSpaceID"]),
-                quota=Quota(cpu=str(quota["cpu"]), memory=str(quota["memory"])),
+                quota=Quota(cpu=_required(quota, "cpu", "quota.cpu"), memory=_required(quota, "memory", "quota.memory")),
             )
         except KeyError as missing:
-            raise PermanentError(f"Tenant {meta.get('name')!r} lacks spec field {missing.args[0]}") from None
+            raise PermanentError(f"Tenant {meta.get('name')!r} lacks spec.{missing.args[0]}") from None
         phase_raw = status.get("phase")
         try:
             phase = Phase(phase_raw) if phase_raw else None
@@ -190,6 +190,12 @@ class Tenant:
                 conditions=tuple(Condition.from_object(c) for c in status.get("conditions") or ()),
             ),
         )
+
+
+def _required(obj: Mapping[str, Any], key: str, path: str) -> str:
+    if key not in obj:
+        raise KeyError(path)
+    return str(obj[key])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,161 @@
+"""``kubeopera-tenants local``: the whole pipeline on this machine, and a live view of it.
+
+Starts everything ``shared.local.stack`` describes, optionally writes the admin kubeconfig,
+creates the example Tenant (``alice-default``, as in the original operator's documentation) and
+prints, as they happen, each phase change with its time and each step the broker delivers. At
+Ready it says how long it took, where the kubeconfig Secret is and what kubeopera-api received.
+It keeps watching every Tenant until Ctrl-C (or SIGTERM), then stops all it started and removes
+its temporary folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from shared.errors import TenantError
+from shared.kube import Kube
+from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
+from shared.tenant import Phase, Tenant
+
+EXAMPLE = ("deploy", "examples", "alice-default.yaml")
+NEW_TENANT_HINT = """\
+Create more Tenants (tenantName: 3-32 lowercase letters, digits, '-'):
+  kubectl apply -f - <<'EOF'
+  apiVersion: kubeopera.io/v1alpha1
+  kind: Tenant
+  metadata: {name: bob-dev, namespace: kubeopera-system}
+  spec:
+    userID: 5b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f
+    tenantName: bob-dev
+    cloudSpaceID: 0c8f9d2e-1a3b-4c5d-8e7f-6a5b4c3d2e1f
+    quota: {cpu: "1", memory: 2Gi}
+  EOF"""
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    kubeconfig_out: Path | None = None
+    kubeopera_api_url: str | None = None
+    create_example: bool = True
+    vcluster_boot_seconds: float = 20.0
+    kubeconfig: Path | None = None
+
+
+@dataclass
+class _Watch:
+    """What has been shown already, so each change is printed once."""
+
+    started: float = field(default_factory=time.monotonic)
+    phases: dict[str, str] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
+    deliveries_seen: int = 0
+    announced: set[str] = field(default_factory=set)
+
+
+def _say(out: TextIO, watch: _Watch, text: str) -> None:
+    print(f"[{time.monotonic() - watch.started:6.1f}s] {text}", file=out, flush=True)
+
+
+def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
+    if threading.current_thread() is threading.main_thread():
+        # A shell starts background jobs with SIGINT ignored; Ctrl-C must always stop us.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The live view below is the output; library logs only when something is wrong.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for quiet in ("werkzeug", "shared.local.broker"):
+        logging.getLogger(quiet).setLevel(logging.ERROR)
+    print("kubeopera-tenants local: starting the pipeline (a cold first run builds the tools)...", file=out, flush=True)
+    stack_options = StackOptions(
+        kubeopera_api_url=options.kubeopera_api_url,
+        api_token=os.environ.get("INTERNAL_SERVICE_TOKEN", ""),
+        vcluster_boot_seconds=options.vcluster_boot_seconds,
+        kubeconfig=options.kubeconfig,
+    )
+    try:
+        with start_stack(stack_options) as stack:
+            _serve(stack, options, out)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C; SIGTERM/SIGHUP arrive as SystemExit
+        pass
+    except TenantError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print("stopped; everything it started is gone.", file=out, flush=True)
+    return 0
+
+
+def _serve(stack: Stack, options: LocalOptions, out: TextIO) -> None:
+    watch = _Watch()
+    kubeconfig = stack.admin_kubeconfig
+    if options.kubeconfig_out is not None:
+        options.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stack.admin_kubeconfig, options.kubeconfig_out)
+        os.chmod(options.kubeconfig_out, 0o600)
+        kubeconfig = options.kubeconfig_out
+    _say(out, watch, "ready: control plane, registry, broker, functions and the ApiServerSource adapter are up")
+    print(
+        f"\nUse kubectl against it:\n  export KUBECONFIG={kubeconfig}\n  kubectl get kt -n {TENANT_NAMESPACE}\n"
+        f"  kubeopera-tenants status --kubeconfig {kubeconfig}\n"
+        f"Callbacks go to {stack.api_url}; logs are in {stack.log_dir()}\n",
+        file=out,
+        flush=True,
+    )
+    kube = Kube.connect(stack.admin_kubeconfig)
+    try:
+        if options.create_example:
+            stack.kubectl("apply", "-f", str(project_path(*EXAMPLE)))
+            _say(out, watch, "created Tenant kubeopera-system/alice-default")
+        print(NEW_TENANT_HINT + "\nCtrl-C stops everything.\n", file=out, flush=True)
+        while True:
+            _poll(stack, kube, watch, out)
+            time.sleep(0.5)
+    finally:
+        kube.close()
+
+
+def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO) -> None:
+    attempts = stack.broker.deliveries()
+    for attempt in attempts[watch.deliveries_seen :]:
+        subject = (attempt.subject or "").rsplit("/", 1)[-1]
+        outcome = f"{attempt.status}" if attempt.status is not None else f"no answer ({attempt.error})"
+        later = f", next try in {attempt.next_delay:g}s" if attempt.next_delay is not None else ""
+        _say(out, watch, f"{subject}: {attempt.trigger.removeprefix('tenant-')} -> {outcome} ({attempt.outcome}{later})")
+    watch.deliveries_seen = len(attempts)
+    for obj in kube.list_tenant_objects(TENANT_NAMESPACE):
+        try:
+            tenant = Tenant.from_object(obj)
+        except TenantError:
+            continue
+        phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+        watch.created.setdefault(tenant.name, time.monotonic())
+        if watch.phases.get(tenant.name) != phase:
+            watch.phases[tenant.name] = phase
+            message = f": {tenant.status.message}" if tenant.status.message else ""
+            _say(out, watch, f"{tenant.name}: phase {phase}{message}")
+        if tenant.status.phase == Phase.READY and tenant.name not in watch.announced:
+            watch.announced.add(tenant.name)
+            _announce(stack, tenant, time.monotonic() - watch.created[tenant.name], out)
+
+
+def _announce(stack: Stack, tenant: Tenant, took: float, out: TextIO) -> None:
+    names = tenant.spec.names
+    lines = [
+        f"\n{tenant.name} is Ready (about {took:.0f}s after it was first seen).",
+        f"  vCluster: helm release {names.release} in namespace {names.namespace}",
+        f"  kubeconfig: Secret {TENANT_NAMESPACE}/{names.kubeconfig_secret}, key kubeconfig:",
+        f"    kubectl get secret {names.kubeconfig_secret} -n {TENANT_NAMESPACE} "
+        "-o jsonpath='{.data.kubeconfig}' | base64 -d",
+    ]
+    if stack.api is not None:
+        for request in stack.api.requests():
+            if names.cloud_space_id in request.path:
+                lines.append(f"  kubeopera-api stand-in received: {request.method} {request.path} {request.body}")
+    print("\n".join(lines) + "\n", file=out, flush=True)

@@ -1,0 +1,257 @@
+"""The whole pipeline on one machine: what ``kubeopera-tenants local`` and the end-to-end tests run.
+
+``start_stack`` brings up, in order, and stops in reverse on exit, error or Ctrl-C:
+
+1. the embedded control plane (etcd + kube-apiserver), unless ``kubeconfig`` names a cluster;
+2. the OCI registry with the stand-in vcluster chart pushed (embedded control plane only);
+3. ``deploy/crd``, the namespace and the RBAC of ``deploy/base/rbac`` and
+   ``eventing/apiserversource-rbac.yaml``; each function then runs with a token of its own
+   ServiceAccount (TokenRequest API), so a missing RBAC rule fails here as it would in a cluster;
+4. the kubeopera-api stand-in, unless ``kubeopera_api_url`` is given;
+5. each function under gunicorn, started with the container image's own command;
+6. the local broker, routing by the Trigger files in ``eventing/triggers``;
+7. the vCluster stand-in (embedded control plane only);
+8. the real Knative ApiServerSource adapter, watching Tenants, posting to the broker.
+
+Everything runs on 127.0.0.1 with ports picked free; logs go to ``<run_dir>/logs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.local.broker import Broker, load_triggers
+from shared.settings import Settings
+from shared.testbed import controlplane as cp_mod
+from shared.testbed.adapter import AdapterConfig, WatchedResource, start_adapter
+from shared.testbed.api_standin import ApiStandIn
+from shared.testbed.processes import HttpProbe, ProcessSpec, Supervisor, free_port, run
+from shared.testbed.registry import helm_env, push_chart, start_registry
+from shared.testbed.toolchain import Toolchain, ensure_all
+
+TENANT_NAMESPACE = "kubeopera-system"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = Path(__file__).resolve().parents[1] / "testbed" / "chart"
+
+# Knative Service name -> Python module in functions/ (the Services in deploy/base/services).
+FUNCTIONS: Mapping[str, str] = {
+    "tenant-install": "install",
+    "tenant-check-ready": "check_ready",
+    "tenant-store-kubeconfig": "store_kubeconfig",
+    "tenant-notify-api": "notify_api",
+    "tenant-dead-letter": "dead_letter",
+}
+SOURCE_SERVICE_ACCOUNT = "tenant-source"
+
+
+class StackError(RuntimeError):
+    """The local pipeline could not start; the message says which part and why."""
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    kubeopera_api_url: str | None = None
+    api_token: str = field(default="", repr=False)
+    vcluster_boot_seconds: float = 20.0
+    kubeconfig: Path | None = None
+    ready_poll_seconds: int = 15
+    provision_timeout_seconds: int = 600
+    run_dir: Path | None = None
+    log_level: str = "INFO"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What is running, and where."""
+
+    admin_kubeconfig: Path
+    run_dir: Path
+    broker: Broker
+    api: ApiStandIn | None
+    api_url: str
+    function_urls: Mapping[str, str]
+    function_kubeconfigs: Mapping[str, Path]
+    chart_ref: str
+    tools: Toolchain
+    supervisor: Supervisor
+    control_plane: cp_mod.ControlPlane | None
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        result = run(
+            [str(self.tools.kubectl), f"--kubeconfig={self.admin_kubeconfig}", *args], input=input, check=check
+        )
+        return result.stdout
+
+    def log_dir(self) -> Path:
+        return self.supervisor.log_dir
+
+
+def project_path(*parts: str) -> Path:
+    path = PROJECT_ROOT.joinpath(*parts)
+    if not path.exists():
+        raise StackError(f"{path} is missing: run from a clone of kubeopera-tenants (pip install -e .)")
+    return path
+
+
+def gunicorn_command(module: str) -> list[str]:
+    """The container image's start command (Dockerfile ENTRYPOINT + the Service's args)."""
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    if not gunicorn.exists():
+        found = shutil.which("gunicorn")
+        if found is None:
+            raise StackError("gunicorn is not installed next to this Python: pip install -e .")
+        gunicorn = Path(found)
+    return [str(gunicorn), "-c", "python:functions.gunicorn_conf", f"functions.{module}:create_app()"]
+
+
+@contextlib.contextmanager
+def start_stack(options: StackOptions) -> Iterator[Stack]:
+    tools = ensure_all()
+    owns_run_dir = options.run_dir is None
+    run_dir = Path(tempfile.mkdtemp(prefix="kubeopera-local-")) if options.run_dir is None else options.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with contextlib.ExitStack() as stack, Supervisor(run_dir) as sup:
+            control_plane: cp_mod.ControlPlane | None = None
+            if options.kubeconfig is None:
+                control_plane = stack.enter_context(cp_mod.start_control_plane(tools, run_dir, supervisor=sup))
+                admin = control_plane.admin_kubeconfig
+                registry = stack.enter_context(start_registry(tools, run_dir, supervisor=sup))
+                chart_ref = push_chart(tools, registry.url, CHART_DIR, run_dir)
+            else:
+                admin = options.kubeconfig
+                chart_ref = Settings.from_env().chart_ref
+
+            def kubectl(*args: str, input: str | None = None) -> str:
+                return run([str(tools.kubectl), f"--kubeconfig={admin}", *args], input=input).stdout
+
+            kubectl("apply", "-f", str(project_path("deploy", "crd")))
+            kubectl("apply", "-f", str(project_path("deploy", "base", "namespace.yaml")))
+            kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
+
+            kubeconfigs = _identities(tools, admin, control_plane, run_dir)
+
+            api: ApiStandIn | None = None
+            api_url = options.kubeopera_api_url or ""
+            if not api_url:
+                api = stack.enter_context(ApiStandIn())
+                api_url = api.url
+
+            urls = {}
+            for service, module in FUNCTIONS.items():
+                port = free_port()
+                env = _function_env(options, tools, run_dir, service, chart_ref, api_url, port, kubeconfigs[service])
+                sup.start(
+                    ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir),
+                    HttpProbe(f"http://127.0.0.1:{port}/readyz"),
+                    ready_timeout=120.0,
+                )
+                urls[service] = f"http://127.0.0.1:{port}/"
+
+            broker = Broker(load_triggers(project_path("eventing", "triggers")), resolve=urls.get)
+            broker_port = broker.start()
+            stack.callback(broker.stop)
+            broker_url = f"http://127.0.0.1:{broker_port}/"
+
+            if control_plane is not None:
+                sup.start(
+                    ProcessSpec(
+                        name="vcluster-standin",
+                        argv=(
+                            sys.executable, "-m", "shared.testbed.vcluster_standin",
+                            "--kubeconfig", str(admin), "--boot-seconds", str(options.vcluster_boot_seconds),
+                        ),
+                    )
+                )
+
+            stack.enter_context(
+                start_adapter(
+                    tools,
+                    kubeconfigs[SOURCE_SERVICE_ACCOUNT],
+                    AdapterConfig(
+                        sink=broker_url,
+                        resources=(WatchedResource(group="kubeopera.io", version="v1alpha1", resource="tenants"),),
+                        namespaces=(TENANT_NAMESPACE,),
+                        name="tenant-source",
+                        namespace=TENANT_NAMESPACE,
+                    ),
+                    run_dir,
+                    supervisor=sup,
+                )
+            )
+            yield Stack(
+                admin_kubeconfig=admin,
+                run_dir=run_dir,
+                broker=broker,
+                api=api,
+                api_url=api_url,
+                function_urls=urls,
+                function_kubeconfigs=kubeconfigs,
+                chart_ref=chart_ref,
+                tools=tools,
+                supervisor=sup,
+                control_plane=control_plane,
+            )
+    finally:
+        if owns_run_dir and not os.environ.get("KUBEOPERA_KEEP_RUN_DIR"):
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _identities(
+    tools: Toolchain, admin: Path, control_plane: cp_mod.ControlPlane | None, run_dir: Path
+) -> dict[str, Path]:
+    """A kubeconfig per function (and for the source) with its own ServiceAccount's token."""
+    names = [*FUNCTIONS, SOURCE_SERVICE_ACCOUNT]
+    if control_plane is None:
+        return dict.fromkeys(names, admin)
+    rbac = [project_path("deploy", "base", "rbac"), project_path("eventing", "apiserversource-rbac.yaml")]
+    for path in rbac:
+        run([str(tools.kubectl), f"--kubeconfig={admin}", "apply", "-f", str(path)])
+    folder = run_dir / "identities"
+    folder.mkdir(exist_ok=True)
+    kubeconfigs = {}
+    for name in names:
+        token = cp_mod.request_token(control_plane, TENANT_NAMESPACE, name, duration="24h")
+        kubeconfigs[name] = cp_mod.kubeconfig_for_token(
+            control_plane, token, folder / f"{name}.kubeconfig", user=f"system:serviceaccount:{TENANT_NAMESPACE}:{name}"
+        )
+    return kubeconfigs
+
+
+def _function_env(
+    options: StackOptions,
+    tools: Toolchain,
+    run_dir: Path,
+    service: str,
+    chart_ref: str,
+    api_url: str,
+    port: int,
+    kubeconfig: Path,
+) -> dict[str, str]:
+    env = helm_env(run_dir / "helm" / service)
+    env.update(
+        {
+            "PORT": str(port),
+            "KUBECONFIG": str(kubeconfig),
+            "VCLUSTER_CHART": chart_ref,
+            "VCLUSTER_CHART_VERSION": "0.21.2",
+            "HELM_EXECUTABLE": str(tools.helm),
+            "CHART_CACHE_DIR": str(run_dir / "charts" / service),
+            "KUBEOPERA_API_BASE_URL": api_url,
+            "INTERNAL_SERVICE_TOKEN": options.api_token,
+            "ENVIRONMENT": "local",
+            "READY_POLL_SECONDS": str(options.ready_poll_seconds),
+            "PROVISION_TIMEOUT_SECONDS": str(options.provision_timeout_seconds),
+            "LOG_LEVEL": options.log_level,
+            "GUNICORN_THREADS": "4",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env

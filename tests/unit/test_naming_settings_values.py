@@ -1,0 +1,101 @@
+"""Naming rules, settings from the environment, and the Helm values builder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.errors import ConfigError, PermanentError
+from shared.naming import TenantNames, check_tenant_name
+from shared.settings import Settings
+from shared.tenant import Quota, TenantSpec
+from shared.values import vcluster_values
+
+CS_ID = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
+
+
+def test_names_follow_the_original_rules() -> None:
+    names = TenantNames.of("alice-default", CS_ID)
+    assert names.release == "vc-alice-default"
+    assert names.namespace == "vcluster-alice-default"
+    assert names.vcluster_secret == "vc-vc-alice-default"
+    assert names.kubeconfig_secret == f"tenant-{CS_ID}-kubeconfig"
+    assert names.in_cluster_server == "https://vc-alice-default.vcluster-alice-default:443"
+
+
+@pytest.mark.parametrize("name", ["ab", "-abc", "abc-", "Abc", "a_bc", "a" * 33, "", "abc.d"])
+def test_bad_tenant_names_are_permanent_errors(name: str) -> None:
+    with pytest.raises(PermanentError, match="tenantName"):
+        check_tenant_name(name)
+
+
+@pytest.mark.parametrize("name", ["abc", "a-b", "a" * 32, "0tenant9"])
+def test_good_tenant_names_pass(name: str) -> None:
+    assert check_tenant_name(name) == name
+
+
+def test_longest_release_name_fits_helm() -> None:
+    assert len(TenantNames.of("a" * 32, CS_ID).release) <= 53
+
+
+def test_cloud_space_id_must_be_a_uuid() -> None:
+    with pytest.raises(PermanentError, match="cloudSpaceID"):
+        TenantNames.of("alice", "not-a-uuid")
+
+
+def test_settings_defaults_are_the_original_operators() -> None:
+    s = Settings.from_env({})
+    assert s.kubeopera_api_base_url == "http://kubeopera-api:8080"
+    assert s.internal_service_token == ""
+    assert s.environment == "development"
+    assert (s.chart_ref, s.chart_version) == ("oci://ghcr.io/loft-sh/charts/vcluster", "0.21.2")
+    assert s.tenant_namespace == "kubeopera-system"
+
+
+def test_settings_read_the_environment() -> None:
+    s = Settings.from_env(
+        {
+            "KUBEOPERA_API_BASE_URL": "https://api.example:9443/",
+            "INTERNAL_SERVICE_TOKEN": "s3cret",
+            "ENVIRONMENT": "production",
+            "VCLUSTER_CHART": "oci://127.0.0.1:5000/charts/vcluster",
+            "VCLUSTER_CHART_VERSION": "0.21.2",
+            "PROVISION_TIMEOUT_SECONDS": "900",
+            "CHART_CACHE_DIR": "/var/cache/charts",
+        }
+    )
+    assert s.kubeopera_api_base_url == "https://api.example:9443"
+    assert s.environment == "production"
+    assert s.provision_timeout_seconds == 900
+    assert s.chart_cache_dir == Path("/var/cache/charts")
+    assert "s3cret" not in repr(s)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("KUBEOPERA_API_BASE_URL", "kubeopera-api:8080", "KUBEOPERA_API_BASE_URL"),
+        ("VCLUSTER_CHART", "ghcr.io/loft-sh/charts/vcluster", "VCLUSTER_CHART"),
+        ("VCLUSTER_CHART_VERSION", "latest", "VCLUSTER_CHART_VERSION"),
+        ("PROVISION_TIMEOUT_SECONDS", "ten", "PROVISION_TIMEOUT_SECONDS"),
+        ("PROVISION_TIMEOUT_SECONDS", "0", "PROVISION_TIMEOUT_SECONDS"),
+        ("LOG_LEVEL", "chatty", "LOG_LEVEL"),
+        ("TENANT_NAMESPACE", "Not_A_Namespace", "TENANT_NAMESPACE"),
+    ],
+)
+def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env({name: value})
+
+
+def test_values_are_the_original_defaults_with_quota_as_requests_and_limits() -> None:
+    spec = TenantSpec("3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", "alice-default", CS_ID, Quota("2", "4Gi"))
+    values = vcluster_values(spec, "staging")
+    assert values["controlPlane"]["distro"] == {"k3s": {"enabled": True}}
+    resources = values["controlPlane"]["statefulSet"]["resources"]
+    assert resources == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    assert values["sync"] == {"toHost": {"ingresses": {"enabled": True}, "serviceAccounts": {"enabled": True}}}
+    assert values["exportKubeConfig"] == {"server": "https://vc-alice-default.vcluster-alice-default:443"}
+    assert values["controlPlane"]["statefulSet"]["labels"]["kubeopera.io/environment"] == "staging"
+    assert set(values) == {"controlPlane", "sync", "exportKubeConfig"}
