@@ -27,10 +27,19 @@ from shared.tenant import TenantRef
 NAME = "dead-letter"
 log = logging.getLogger(__name__)
 
+# Which function an event type is delivered to (design.md section 3); names the step that failed
+# without depending on how the broker spells the subscriber's address.
+STEP_FOR_TYPE = {
+    events.APISERVER_ADD: "tenant-install",
+    events.APISERVER_UPDATE: "tenant-install",
+    events.PROVISIONING: "tenant-check-ready",
+    events.READY: "tenant-store-kubeconfig",
+    events.KUBECONFIG_STORED: "tenant-notify-api",
+}
+
 
 def failure_reason(event: BaseCloudEvent) -> str:
     """A one-line reason from the knativeerror* extensions."""
-    dest = str(event.get_extension("knativeerrordest") or "the subscriber")
     code = str(event.get_extension("knativeerrorcode") or "no response")
     detail = ""
     raw = event.get_extension("knativeerrordata")
@@ -45,14 +54,15 @@ def failure_reason(event: BaseCloudEvent) -> str:
         except ValueError:
             detail = ""
         detail = detail or text.strip()
-    service = dest.rstrip("/").rsplit("/", 1)[-1].split(".")[0] or dest
-    reason = f"{event.get_type()} could not be delivered to {service}: last answer {code}"
+    step = STEP_FOR_TYPE.get(event.get_type(), "its subscriber")
+    reason = f"{event.get_type()} could not be delivered to {step}: last answer {code}"
     return f"{reason}: {detail}" if detail else reason
 
 
 def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     reason = failure_reason(event)
-    log.warning("dead-lettered event received", extra={"reason": reason})
+    dest = str(event.get_extension("knativeerrordest") or "")
+    log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
     mark_failed(kube, ref, reason, reason="DeliveryFailed")
     return None
 
@@ -62,15 +72,7 @@ def create_app() -> Flask:
     return function_app(
         Step(
             name=NAME,
-            accepts=frozenset(
-                {
-                    events.APISERVER_ADD,
-                    events.APISERVER_UPDATE,
-                    events.PROVISIONING,
-                    events.READY,
-                    events.KUBECONFIG_STORED,
-                }
-            ),
+            accepts=frozenset(STEP_FOR_TYPE),
             handle=lambda event, ref: handle(rt.kube, event, ref),
             on_permanent=rt.mark_failed,
         )
