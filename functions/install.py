@@ -50,9 +50,7 @@ def is_settled(tenant: Tenant) -> bool:
     )
 
 
-def handle(
-    kube: Kube, helm: Helm, settings: Settings, event: BaseCloudEvent, ref: TenantRef
-) -> BaseCloudEvent | None:
+def handle(kube: Kube, helm: Helm, settings: Settings, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
@@ -70,7 +68,9 @@ def handle(
         names.namespace,
         {LABEL_TENANT_NAME: tenant.name, LABEL_TENANT_ID: names.cloud_space_id, LABEL_MANAGED_BY: MANAGED_BY},
     )
-    release = helm.install_or_upgrade(names.release, names.namespace, vcluster_values(tenant.spec, settings.environment))
+    release = helm.install_or_upgrade(
+        names.release, names.namespace, vcluster_values(tenant.spec, settings.environment)
+    )
     message = f"helm release {names.release} revision {release.revision} is {release.status}; waiting for the vCluster"
     write_status(
         kube,

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask, Response, request
-from werkzeug.exceptions import RequestEntityTooLarge
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from shared import events, logs
 from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError
@@ -139,7 +139,9 @@ def _deliver(step: Step) -> tuple[Response, str]:
                 return _error(503, f"{err} (and marking the tenant Failed failed: {marking})", 5), "error"
         return _error(422, str(err)), "error"
     except TemporaryError as err:
-        log.info("temporary condition; asking for re-delivery", extra={"error": str(err), "retry_after": err.retry_after})
+        log.info(
+            "temporary condition; asking for re-delivery", extra={"error": str(err), "retry_after": err.retry_after}
+        )
         return _error(503, str(err), err.retry_after), "requeue"
     except Exception:
         log.exception("unexpected failure")

@@ -157,9 +157,7 @@ class Kube:
     def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
         """The decoded value of one key of a Secret, or None if the Secret or key is absent."""
         try:
-            secret = _call(
-                f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace)
-            )
+            secret = _call(f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace))
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -175,9 +173,7 @@ class Kube:
         )
         return [(i.metadata.namespace, i.metadata.name, dict(i.metadata.labels or {})) for i in result.items]
 
-    def upsert_secret(
-        self, namespace: str, name: str, data: Mapping[str, bytes], labels: Mapping[str, str]
-    ) -> bool:
+    def upsert_secret(self, namespace: str, name: str, data: Mapping[str, bytes], labels: Mapping[str, str]) -> bool:
         """Create or update an Opaque Secret; return False when it already held exactly this."""
         encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
         meta = k8s.V1ObjectMeta(name=name, namespace=namespace, labels=dict(labels))

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextvars
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 
 from pythonjsonlogger.json import JsonFormatter
 
-_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("kubeopera_log_context", default={})
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("kubeopera_log_context", default=_EMPTY)
 
 
 class _ContextFilter(logging.Filter):
@@ -49,7 +51,7 @@ def configure(level: str = "INFO", **static: str) -> None:
 @contextmanager
 def bind(**fields: str) -> Iterator[None]:
     """Add fields to every log line written inside the block."""
-    token = _context.set(_context.get() | {k: v for k, v in fields.items() if v})
+    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v}})
     try:
         yield
     finally:

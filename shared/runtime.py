@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared import logs
+from shared.errors import PermanentError
 from shared.helm import Helm
 from shared.kube import Kube
 from shared.reconcile import mark_failed
-from shared.errors import PermanentError
 from shared.settings import Settings
 from shared.tenant import TenantRef
 

@@ -70,7 +70,9 @@ class Settings:
             chart_version=chart_version,
             tenant_namespace=namespace,
             log_level=log_level,
-            provision_timeout_seconds=_positive_int(env, "PROVISION_TIMEOUT_SECONDS", defaults.provision_timeout_seconds),
+            provision_timeout_seconds=_positive_int(
+                env, "PROVISION_TIMEOUT_SECONDS", defaults.provision_timeout_seconds
+            ),
             callback_timeout_seconds=float(
                 _positive_int(env, "CALLBACK_TIMEOUT_SECONDS", int(defaults.callback_timeout_seconds))
             ),

@@ -161,7 +161,9 @@ class Tenant:
                 user_id=str(spec["userID"]),
                 tenant_name=str(spec["tenantName"]),
                 cloud_space_id=str(spec["cloudSpaceID"]),
-                quota=Quota(cpu=_required(quota, "cpu", "quota.cpu"), memory=_required(quota, "memory", "quota.memory")),
+                quota=Quota(
+                    cpu=_required(quota, "cpu", "quota.cpu"), memory=_required(quota, "memory", "quota.memory")
+                ),
             )
         except KeyError as missing:
             raise PermanentError(f"Tenant {meta.get('name')!r} lacks spec.{missing.args[0]}") from None
@@ -219,10 +221,7 @@ class StatusUpdate:
         return {"metadata": {"resourceVersion": tenant.resource_version}, "status": status}
 
 
-
-def merge_conditions(
-    current: Sequence[Condition], updates: Sequence[Condition], moment: str
-) -> list[Condition]:
+def merge_conditions(current: Sequence[Condition], updates: Sequence[Condition], moment: str) -> list[Condition]:
     """Put ``updates`` into ``current`` by type, keeping transition times of unchanged statuses."""
     merged = {c.type: c for c in current}
     for update in updates:

@@ -61,7 +61,9 @@ def retry(kube: Kube, namespace: str, name: str) -> str:
             raise SystemExit(f"error: tenant {namespace}/{name} not found")
         if tenant.status.phase != Phase.FAILED:
             phase = tenant.status.phase.value if tenant.status.phase else "Pending"
-            raise SystemExit(f"error: tenant {namespace}/{name} is {phase}, not Failed; only a Failed tenant is retried")
+            raise SystemExit(
+                f"error: tenant {namespace}/{name} is {phase}, not Failed; only a Failed tenant is retried"
+            )
         try:
             kube.patch_tenant_status(tenant, _retry_update(tenant))
         except Conflict:
@@ -92,20 +94,37 @@ def _parser() -> argparse.ArgumentParser:
         "stand-in and the kubeopera-api stand-in; create the example Tenant and show its progress. Ctrl-C stops "
         "everything.",
     )
-    local.add_argument("--kubeconfig-out", type=Path, metavar="PATH",
-                       help="write the admin kubeconfig there once the CRD is served and the functions are ready")
-    local.add_argument("--kubeopera-api-url", metavar="URL",
-                       help="send callbacks to this URL instead of the built-in stand-in "
-                       "(INTERNAL_SERVICE_TOKEN from the environment is used as usual)")
+    local.add_argument(
+        "--kubeconfig-out",
+        type=Path,
+        metavar="PATH",
+        help="write the admin kubeconfig there once the CRD is served and the functions are ready",
+    )
+    local.add_argument(
+        "--kubeopera-api-url",
+        metavar="URL",
+        help="send callbacks to this URL instead of the built-in stand-in "
+        "(INTERNAL_SERVICE_TOKEN from the environment is used as usual)",
+    )
     local.add_argument("--no-example", action="store_true", help="do not create the example Tenant")
-    local.add_argument("--vcluster-boot-seconds", type=float, default=20.0, metavar="N",
-                       help="how long the vCluster stand-in takes to write its Secret (default 20)")
-    local.add_argument("--kubeconfig", type=Path, metavar="PATH",
-                       help="use this existing cluster instead of the embedded control plane "
-                       "(then no vCluster stand-in runs)")
+    local.add_argument(
+        "--vcluster-boot-seconds",
+        type=float,
+        default=20.0,
+        metavar="N",
+        help="how long the vCluster stand-in takes to write its Secret (default 20)",
+    )
+    local.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="use this existing cluster instead of the embedded control plane (then no vCluster stand-in runs)",
+    )
 
-    for name, text in (("status", "list Tenants with phase, vCluster, age and the last message"),
-                       ("retry", "patch a Failed Tenant's phase to Pending so it is provisioned again")):
+    for name, text in (
+        ("status", "list Tenants with phase, vCluster, age and the last message"),
+        ("retry", "patch a Failed Tenant's phase to Pending so it is provisioned again"),
+    ):
         cmd = sub.add_parser(name, help=text, description=text)
         if name == "retry":
             cmd.add_argument("name", help="the Tenant's name")

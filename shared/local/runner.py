@@ -127,7 +127,9 @@ def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO) -> None:
         subject = (attempt.subject or "").rsplit("/", 1)[-1]
         outcome = f"{attempt.status}" if attempt.status is not None else f"no answer ({attempt.error})"
         later = f", next try in {attempt.next_delay:g}s" if attempt.next_delay is not None else ""
-        _say(out, watch, f"{subject}: {attempt.trigger.removeprefix('tenant-')} -> {outcome} ({attempt.outcome}{later})")
+        _say(
+            out, watch, f"{subject}: {attempt.trigger.removeprefix('tenant-')} -> {outcome} ({attempt.outcome}{later})"
+        )
     watch.deliveries_seen = len(attempts)
     for obj in kube.list_tenant_objects(TENANT_NAMESPACE):
         try:

@@ -4,9 +4,10 @@
 
 1. the embedded control plane (etcd + kube-apiserver), unless ``kubeconfig`` names a cluster;
 2. the OCI registry with the stand-in vcluster chart pushed (embedded control plane only);
-3. ``deploy/crd``, the namespace and the RBAC of ``deploy/base/rbac`` and
-   ``eventing/apiserversource-rbac.yaml``; each function then runs with a token of its own
-   ServiceAccount (TokenRequest API), so a missing RBAC rule fails here as it would in a cluster;
+3. ``deploy/crd``, the namespace, the RBAC of ``deploy/base/rbac`` and
+   ``eventing/apiserversource-rbac.yaml`` and the admission policy of ``deploy/base/policy``;
+   each function then runs with a token of its own ServiceAccount (TokenRequest API), so a
+   missing RBAC rule fails here as it would in a cluster;
 4. the kubeopera-api stand-in, unless ``kubeopera_api_url`` is given;
 5. each function under gunicorn, started with the container image's own command;
 6. the local broker, routing by the Trigger files in ``eventing/triggers``;
@@ -165,8 +166,13 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                     ProcessSpec(
                         name="vcluster-standin",
                         argv=(
-                            sys.executable, "-m", "shared.testbed.vcluster_standin",
-                            "--kubeconfig", str(admin), "--boot-seconds", str(options.vcluster_boot_seconds),
+                            sys.executable,
+                            "-m",
+                            "shared.testbed.vcluster_standin",
+                            "--kubeconfig",
+                            str(admin),
+                            "--boot-seconds",
+                            str(options.vcluster_boot_seconds),
                         ),
                     )
                 )
@@ -211,7 +217,11 @@ def _identities(
     names = [*FUNCTIONS, SOURCE_SERVICE_ACCOUNT]
     if control_plane is None:
         return dict.fromkeys(names, admin)
-    rbac = [project_path("deploy", "base", "rbac"), project_path("eventing", "apiserversource-rbac.yaml")]
+    rbac = [
+        project_path("deploy", "base", "rbac"),
+        project_path("deploy", "base", "policy"),
+        project_path("eventing", "apiserversource-rbac.yaml"),
+    ]
     for path in rbac:
         run([str(tools.kubectl), f"--kubeconfig={admin}", "apply", "-f", str(path)])
     folder = run_dir / "identities"

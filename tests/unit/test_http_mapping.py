@@ -35,8 +35,12 @@ def post(handle: Callable[[BaseCloudEvent, TenantRef], BaseCloudEvent | None], *
     )
     client = app.test_client()
     headers = kw.pop("headers", None) or {
-        "ce-specversion": "1.0", "ce-id": "1", "ce-source": "/test", "ce-type": events.PROVISIONING,
-        "Content-Type": "application/json", "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+        "ce-specversion": "1.0",
+        "ce-id": "1",
+        "ce-source": "/test",
+        "ce-type": events.PROVISIONING,
+        "Content-Type": "application/json",
+        "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
     }
     response = client.post("/", headers=headers, data=kw.pop("data", json.dumps(REF)))
     response.failed = failed
@@ -114,8 +118,16 @@ def test_temporary_error_without_delay_has_no_retry_after() -> None:
     [
         ({"Content-Type": "application/json"}, b"{}"),
         ({"Content-Type": "text/plain"}, b"garbage"),
-        ({"ce-specversion": "1.0", "ce-id": "1", "ce-source": "/x", "ce-type": "other.type",
-          "Content-Type": "application/json"}, json.dumps(REF)),
+        (
+            {
+                "ce-specversion": "1.0",
+                "ce-id": "1",
+                "ce-source": "/x",
+                "ce-type": "other.type",
+                "Content-Type": "application/json",
+            },
+            json.dumps(REF),
+        ),
     ],
 )
 def test_bad_requests_are_400_and_never_reach_the_step(headers: dict[str, str], data: Any) -> None:

@@ -39,7 +39,11 @@ def tenant_object(**status: Any) -> dict[str, Any]:
 def test_tenant_from_object() -> None:
     t = Tenant.from_object(tenant_object(phase="Provisioning", observedGeneration=2))
     assert (t.namespace, t.name, t.uid, t.generation, t.resource_version) == (
-        "kubeopera-system", "alice-default", "u-1", 3, "42"
+        "kubeopera-system",
+        "alice-default",
+        "u-1",
+        3,
+        "42",
     )
     assert t.spec.quota.cpu == "2"
     assert t.status.phase is Phase.PROVISIONING
@@ -58,8 +62,14 @@ def test_status_patch_is_guarded_by_resource_version_and_keeps_transition_times(
     t = Tenant.from_object(
         tenant_object(
             conditions=[
-                {"type": "Ready", "status": "False", "reason": "Provisioning", "message": "",
-                 "lastTransitionTime": earlier, "observedGeneration": 3}
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "Provisioning",
+                    "message": "",
+                    "lastTransitionTime": earlier,
+                    "observedGeneration": 3,
+                }
             ]
         )
     )
@@ -85,8 +95,13 @@ def test_unchanged_condition_keeps_its_transition_time() -> None:
 
 def binary(event_type: str, data: dict[str, Any]) -> tuple[dict[str, str], bytes]:
     return (
-        {"ce-specversion": "1.0", "ce-id": "1", "ce-source": "/test", "ce-type": event_type,
-         "content-type": "application/json"},
+        {
+            "ce-specversion": "1.0",
+            "ce-id": "1",
+            "ce-source": "/test",
+            "ce-type": event_type,
+            "content-type": "application/json",
+        },
         json.dumps(data).encode(),
     )
 
@@ -99,8 +114,16 @@ def test_apiserver_event_yields_the_tenant_ref() -> None:
 
 def test_structured_event_is_accepted() -> None:
     ref_data = {"namespace": "ns", "name": "n", "uid": "u", "generation": 1}
-    body = json.dumps({"specversion": "1.0", "id": "1", "source": "/x", "type": events.PROVISIONING,
-                       "datacontenttype": "application/json", "data": ref_data}).encode()
+    body = json.dumps(
+        {
+            "specversion": "1.0",
+            "id": "1",
+            "source": "/x",
+            "type": events.PROVISIONING,
+            "datacontenttype": "application/json",
+            "data": ref_data,
+        }
+    ).encode()
     event = events.parse({"Content-Type": "application/cloudevents+json"}, body)
     assert events.tenant_ref(event).key == "ns/n"
 
@@ -113,8 +136,13 @@ def test_own_events_follow_the_contract_and_round_trip() -> None:
     assert headers["ce-subject"] == "kubeopera-system/alice-default"
     assert headers["content-type"] == "application/json"
     again = events.parse(headers, body)
-    assert again.get_data() == {"namespace": "kubeopera-system", "name": "alice-default", "uid": "u-1",
-                                "generation": 3, "kubeconfigSecret": "s"}
+    assert again.get_data() == {
+        "namespace": "kubeopera-system",
+        "name": "alice-default",
+        "uid": "u-1",
+        "generation": 3,
+        "kubeconfigSecret": "s",
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,42 @@
+# kubeopera-tenants: the two commands (README) and their parts.
+#   make run   -- the whole pipeline locally on an embedded control plane, with the example Tenant
+#   make test  -- lint, type check and the full test suite on real parts
+# Both install what they need: a virtualenv in .venv, and the test bed's tools (built from the
+# Go module proxy at pinned versions into ~/.cache/kubeopera-tenants, outside the clone).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+ARGS   ?=
+
+.PHONY: run test tools lint typecheck unit bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+tools: $(BIN)/.installed
+	$(BIN)/python -m shared.testbed.toolchain --with-checker
+
+run: tools
+	$(BIN)/kubeopera-tenants local $(ARGS)
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check shared functions tests bench
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
+
+unit: $(BIN)/.installed
+	$(BIN)/pytest tests/unit
+
+test: tools lint typecheck
+	$(BIN)/pytest
+
+bench: tools
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,143 @@
+"""deploy/base/policy/tenant-install-scope.yaml really narrows what tenant-install may write, on
+the test bed's real kube-apiserver: RBAC alone would let it write anywhere (its helm rules are
+cluster-wide), the admission policy keeps it to vcluster-* namespaces and to Tenants and Events
+in kubeopera-system.
+
+Requests are made as the ServiceAccount by impersonation. Everything this test creates that
+did not exist before is deleted afterwards, so the rest of the session (the end-to-end tests
+create these RBAC objects themselves) sees the API server as it was.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .manifests import DEPLOY, RBAC, documents
+
+pytestmark = pytest.mark.integration
+
+POLICY = DEPLOY / "base" / "policy" / "tenant-install-scope.yaml"
+NAMESPACE = "kubeopera-system"
+IMPERSONATE = [
+    "--as=system:serviceaccount:kubeopera-system:tenant-install",
+    "--as-group=system:serviceaccounts",
+    "--as-group=system:serviceaccounts:kubeopera-system",
+    "--as-group=system:authenticated",
+]
+DENIED = "tenant-install may only change vcluster-* namespaces"
+
+
+def run(kubectl: Path, kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def configmap(name: str, namespace: str) -> str:
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}})
+
+
+@pytest.fixture
+def policy_in_force(kubectl: Path, kube_admin_kubeconfig: Path) -> Iterator[str]:
+    """tenant-install's RBAC and the policy applied; yields a fresh vcluster-* namespace."""
+    text = "\n---\n".join(
+        [
+            f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n",
+            (RBAC / "tenant-install.yaml").read_text(encoding="utf-8"),
+            POLICY.read_text(encoding="utf-8"),
+        ]
+    )
+    created = []
+    for doc in documents(text):
+        ref = f"{doc['kind'].lower()}/{doc['metadata']['name']}"
+        namespace = doc["metadata"].get("namespace")
+        args = ["get", ref, *(["-n", namespace] if namespace else [])]
+        if run(kubectl, kube_admin_kubeconfig, *args).returncode != 0:
+            created.append((ref, namespace))
+    applied = run(
+        kubectl,
+        kube_admin_kubeconfig,
+        "apply",
+        "--server-side",
+        "--field-manager=kubeopera-policy-test",
+        "-f",
+        "-",
+        stdin=text,
+    )
+    assert applied.returncode == 0, applied.stderr
+    vcluster_ns = f"vcluster-scope-{secrets.token_hex(3)}"
+    try:
+        yield vcluster_ns
+    finally:
+        for ref, namespace in reversed(created):
+            if ref.startswith("namespace/"):
+                continue  # namespaces stay Terminating without controllers; leave it
+            run(kubectl, kube_admin_kubeconfig, "delete", ref, *(["-n", namespace] if namespace else []))
+
+
+def as_install(
+    kubectl: Path, kubeconfig: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return run(kubectl, kubeconfig, *IMPERSONATE, *args, stdin=stdin)
+
+
+def test_policy_keeps_install_inside_its_namespaces(
+    kubectl: Path, kube_admin_kubeconfig: Path, policy_in_force: str
+) -> None:
+    other = f"scope-{secrets.token_hex(3)}"
+    # RBAC alone lets tenant-install write ConfigMaps anywhere, kubeopera-system included ...
+    for namespace in ("default", NAMESPACE):
+        can = as_install(kubectl, kube_admin_kubeconfig, "auth", "can-i", "create", "configmaps", "-n", namespace)
+        assert can.stdout.strip() == "yes", can.stdout + can.stderr
+    # ... the policy says no. It takes effect within a moment of being created.
+    deadline = time.monotonic() + 30
+    while True:
+        denied = as_install(
+            kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=configmap(f"probe-{other}", "default")
+        )
+        if denied.returncode != 0 or time.monotonic() > deadline:
+            break
+        run(kubectl, kube_admin_kubeconfig, "delete", "configmap", f"probe-{other}", "-n", "default")
+        time.sleep(0.5)
+    assert denied.returncode != 0 and DENIED in denied.stderr, denied.stdout + denied.stderr
+    in_system = as_install(
+        kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=configmap(f"probe-{other}", NAMESPACE)
+    )
+    assert in_system.returncode != 0 and DENIED in in_system.stderr, in_system.stderr
+    outside = as_install(kubectl, kube_admin_kubeconfig, "create", "namespace", other)
+    assert outside.returncode != 0 and DENIED in outside.stderr, outside.stderr
+
+    # What install does is allowed: its namespace, the chart's objects in it, Events at home.
+    ns = as_install(kubectl, kube_admin_kubeconfig, "create", "namespace", policy_in_force)
+    assert ns.returncode == 0, ns.stderr
+    label = as_install(
+        kubectl, kube_admin_kubeconfig, "label", "namespace", policy_in_force, "kubeopera.io/managed-by=test"
+    )
+    assert label.returncode == 0, label.stderr
+    inside = as_install(
+        kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=configmap("chart-object", policy_in_force)
+    )
+    assert inside.returncode == 0, inside.stderr
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"probe-{other}", "namespace": NAMESPACE},
+        "involvedObject": {"kind": "Tenant", "namespace": NAMESPACE, "name": "probe"},
+        "reason": "Probe",
+        "message": "policy test",
+        "type": "Normal",
+    }
+    recorded = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(event))
+    assert recorded.returncode == 0, recorded.stderr
+    run(kubectl, kube_admin_kubeconfig, "delete", "event", f"probe-{other}", "-n", NAMESPACE)

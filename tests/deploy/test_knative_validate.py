@@ -1,0 +1,128 @@
+"""Knative's own defaulting and validation (knative.dev/eventing and knative.dev/serving, at the
+versions pinned in shared/testbed/toolchain.py) accept every Knative object we ship, through
+tools/knative-check; and the checker really rejects broken objects, so a pass means something."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .manifests import (
+    CONFIG_FEATURES_PATCH,
+    DEPLOY,
+    EVENTING,
+    OVERLAYS,
+    SERVICES,
+    TRIGGERS,
+    documents,
+    file_documents,
+    render_without_retryafter,
+    run_checker,
+)
+
+EVENTING_OBJECTS = 7  # Broker, ApiServerSource, PingSource, 4 Triggers
+RENDERED_OBJECTS = 12  # the above and 5 Services
+
+
+def _ok_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("OK")]
+
+
+def test_eventing_folder_passes(knative_check: Path) -> None:
+    proc = run_checker(knative_check, EVENTING)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(_ok_lines(proc.stdout)) == EVENTING_OBJECTS, proc.stdout
+    assert "FAIL" not in proc.stdout
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_rendered_overlay_passes(knative_check: Path, rendered: Mapping[str, str], overlay: str) -> None:
+    proc = run_checker(knative_check, "-", CONFIG_FEATURES_PATCH, stdin=rendered[overlay])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(_ok_lines(proc.stdout)) == RENDERED_OBJECTS, proc.stdout
+    assert f"{RENDERED_OBJECTS} Knative objects checked, 0 failed" in proc.stdout
+
+
+def test_check_ready_trigger_needs_the_retryafter_feature(knative_check: Path) -> None:
+    """Without eventing/config-features-patch.yaml, Knative's webhook refuses retryAfterMax."""
+    proc = run_checker(knative_check, TRIGGERS / "tenant-check-ready.yaml")
+    assert proc.returncode == 1, proc.stdout
+    assert "must not set the field(s): spec.delivery.retryAfterMax" in proc.stdout
+    proc = run_checker(knative_check, TRIGGERS / "tenant-check-ready.yaml", CONFIG_FEATURES_PATCH)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_fallback_without_the_feature_passes_without_it(knative_check: Path, kubectl: Path, tmp_path: Path) -> None:
+    proc = run_checker(knative_check, "-", stdin=render_without_retryafter(kubectl, tmp_path / "overlay"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(_ok_lines(proc.stdout)) == RENDERED_OBJECTS
+
+
+def _write(path: Path, doc: dict[str, object]) -> Path:
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def test_trigger_with_two_filter_dialects_in_one_entry_is_rejected(knative_check: Path, tmp_path: Path) -> None:
+    (trigger,) = file_documents(TRIGGERS / "tenant-install.yaml")
+    broken = copy.deepcopy(trigger)
+    broken["spec"]["filters"] = [{"exact": {"type": "dev.knative.apiserver.resource.add"}, "prefix": {"kind": "Ten"}}]
+    proc = run_checker(knative_check, _write(tmp_path / "trigger.yaml", broken))
+    assert proc.returncode == 1, proc.stdout
+    assert "FAIL" in proc.stdout and "Trigger kubeopera-system/tenant-install" in proc.stdout
+    assert "multiple dialects found, filters can have only one dialect set" in proc.stdout
+    # The same Trigger with the filter as shipped passes: the dialects are the only difference.
+    assert run_checker(knative_check, _write(tmp_path / "ok.yaml", trigger)).returncode == 0
+
+
+def test_service_with_container_concurrency_over_1000_is_rejected(knative_check: Path, tmp_path: Path) -> None:
+    (service,) = file_documents(SERVICES / "tenant-install.yaml")
+    broken = copy.deepcopy(service)
+    broken["spec"]["template"]["spec"]["containerConcurrency"] = 1001
+    proc = run_checker(knative_check, _write(tmp_path / "service.yaml", broken))
+    assert proc.returncode == 1, proc.stdout
+    assert "expected 0 <= 1001 <= 1000: spec.template.spec.containerConcurrency" in proc.stdout
+
+
+def test_unknown_fields_are_rejected_like_the_webhook_does(knative_check: Path, tmp_path: Path) -> None:
+    (service,) = file_documents(SERVICES / "tenant-check-ready.yaml")
+    broken = copy.deepcopy(service)
+    broken["spec"]["template"]["spec"]["containerConcurency"] = 10  # sic
+    proc = run_checker(knative_check, _write(tmp_path / "service.yaml", broken))
+    assert proc.returncode == 1, proc.stdout
+    assert 'unknown field "containerConcurency"' in proc.stdout
+
+
+def test_knative_kinds_it_does_not_know_fail_and_others_are_skipped(knative_check: Path, tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: x}\n---\n"
+        "apiVersion: sources.knative.dev/v1beta2\nkind: PingSource\nmetadata: {name: old, namespace: x}\n"
+    )
+    proc = run_checker(knative_check, path)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("SKIP") and "ConfigMap x/plain" in lines[0]
+    assert lines[1].startswith("FAIL") and "does not know" in lines[1]
+
+
+def test_every_knative_object_in_the_repo_is_checked(rendered: Mapping[str, str]) -> None:
+    """The rendered overlays hold every Knative object of eventing/ and deploy/: none escapes."""
+    knative = {
+        (doc["kind"], doc["metadata"]["name"])
+        for doc in documents(rendered["prod"])
+        if doc["apiVersion"].split("/")[0].endswith(".knative.dev")
+    }
+    in_files = {
+        (doc["kind"], doc["metadata"]["name"])
+        for folder in (EVENTING, DEPLOY)
+        for path in folder.rglob("*.yaml")
+        for doc in file_documents(path)
+        if str(doc.get("apiVersion", "")).split("/")[0].endswith(".knative.dev")
+    }
+    assert in_files == knative
+    assert len(knative) == RENDERED_OBJECTS

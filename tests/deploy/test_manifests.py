@@ -1,0 +1,319 @@
+"""The deployment manifests: every YAML file parses, kustomize renders both overlays, and the
+rendered objects keep the contracts (names, namespace, image, per-function settings, RBAC layout,
+Trigger delivery, the Dockerfile's start command)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .manifests import (
+    CONFIG_FEATURES_PATCH,
+    DEPLOY,
+    DOCKERFILE,
+    EVENTING,
+    FUNCTION_MODULES,
+    OVERLAYS,
+    RBAC,
+    REPO,
+    SERVICES,
+    TRIGGERS,
+    dockerfile_entrypoint,
+    documents,
+    file_documents,
+    objects_of,
+    render_without_retryafter,
+)
+
+NAMESPACE = "kubeopera-system"
+IMAGE = "ghcr.io/kubeopera/kubeopera-tenants"
+TAGS = {"dev": "0.1.0-dev", "prod": "0.1.0"}
+KUSTOMIZE_KINDS = {"Kustomization", "Component"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+HELM_HOME_VARS = ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "CHART_CACHE_DIR")
+HELM_FUNCTIONS = {"tenant-install", "tenant-check-ready"}
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
+
+
+def yaml_files() -> list[Path]:
+    return sorted([*EVENTING.rglob("*.yaml"), *DEPLOY.rglob("*.yaml")])
+
+
+def provision_timeout() -> int:
+    config = objects_of(file_documents(DEPLOY / "base" / "config.yaml"), "ConfigMap")["tenant-functions-config"]
+    return int(config["data"]["PROVISION_TIMEOUT_SECONDS"])
+
+
+@pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_yaml_file_parses(path: Path) -> None:
+    docs = file_documents(path)
+    assert docs, f"{path} holds no YAML document"
+    for doc in docs:
+        assert isinstance(doc, dict), f"{path}: a document is not a mapping"
+        assert doc.get("apiVersion") and doc.get("kind"), f"{path}: a document lacks apiVersion or kind"
+        if doc["kind"] not in KUSTOMIZE_KINDS:
+            assert doc.get("metadata", {}).get("name"), f"{path}: a {doc['kind']} has no metadata.name"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_everything(rendered: Mapping[str, str], overlay: str) -> None:
+    docs = documents(rendered[overlay])
+    kinds: dict[str, set[str]] = {}
+    for doc in docs:
+        kinds.setdefault(doc["kind"], set()).add(doc["metadata"]["name"])
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], f"{doc['kind']} {doc['metadata']['name']}"
+        else:
+            assert doc["metadata"].get("namespace") == NAMESPACE, f"{doc['kind']} {doc['metadata']['name']}"
+    assert kinds["Service"] == set(FUNCTION_MODULES)
+    assert kinds["Trigger"] == {p.stem for p in TRIGGERS.glob("*.yaml")}
+    assert kinds["Broker"] == {"default"}
+    assert kinds["ApiServerSource"] == {"tenant-source"}
+    assert kinds["ServiceAccount"] == {*FUNCTION_MODULES, "tenant-source"}
+    assert kinds["Namespace"] == {NAMESPACE}
+    assert "tenant-functions-config" in kinds["ConfigMap"]
+    assert kinds["ValidatingAdmissionPolicy"] == kinds["ValidatingAdmissionPolicyBinding"]
+    for name, service in objects_of(docs, "Service").items():
+        image = service["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image == f"{IMAGE}:{TAGS[overlay]}", name
+    config = objects_of(docs, "ConfigMap")["tenant-functions-config"]["data"]
+    assert config["ENVIRONMENT"] == {"dev": "development", "prod": "production"}[overlay]
+
+
+def test_prod_keeps_one_install_pod_warm(rendered: Mapping[str, str]) -> None:
+    services = objects_of(documents(rendered["prod"]), "Service")
+    annotations = services["tenant-install"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/min-scale"] == "1"
+
+
+def test_without_retryafter_component_swaps_the_poll_for_linear_backoff(kubectl: Path, tmp_path: Path) -> None:
+    triggers = objects_of(documents(render_without_retryafter(kubectl, tmp_path / "overlay")), "Trigger")
+    delivery = triggers["tenant-check-ready"]["spec"]["delivery"]
+    assert "retryAfterMax" not in delivery
+    assert delivery["backoffPolicy"] == "linear"
+    assert delivery["backoffDelay"] == "PT10S"
+    # Linear backoff waits 0, d, 2d, ...: the last check must come after the provision timeout.
+    waits = [10 * k for k in range(delivery["retry"])]
+    assert sum(waits) >= provision_timeout()
+    assert (
+        triggers["tenant-install"]["spec"]["delivery"]
+        == file_documents(TRIGGERS / "tenant-install.yaml")[0]["spec"]["delivery"]
+    ), "the component must change the check-ready Trigger only"
+
+
+def test_config_features_patch_enables_retryafter_only() -> None:
+    (patch,) = file_documents(CONFIG_FEATURES_PATCH)
+    assert (patch["kind"], patch["metadata"]["name"], patch["metadata"]["namespace"]) == (
+        "ConfigMap",
+        "config-features",
+        "knative-eventing",
+    )
+    assert patch["data"] == {"delivery-retryafter": "enabled"}
+
+
+# ----------------------------------------------------------------------------- Triggers
+
+
+@pytest.mark.parametrize("path", sorted(TRIGGERS.glob("*.yaml")), ids=lambda p: p.name)
+def test_trigger_file_contract(path: Path) -> None:
+    (trigger,) = file_documents(path)
+    assert trigger["apiVersion"] == "eventing.knative.dev/v1" and trigger["kind"] == "Trigger"
+    assert trigger["metadata"]["name"] == path.stem
+    assert trigger["metadata"]["namespace"] == NAMESPACE
+    spec = trigger["spec"]
+    assert spec["broker"] == "default"
+    assert spec["subscriber"] == {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": path.stem}}
+    delivery = spec["delivery"]
+    assert delivery["deadLetterSink"] == {
+        "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "tenant-dead-letter"}
+    }
+    if path.stem == "tenant-check-ready":
+        assert delivery["retryAfterMax"] == "PT15S"
+        assert "backoffPolicy" not in delivery and "backoffDelay" not in delivery
+        assert delivery["retry"] * 15 > provision_timeout(), "the retries must outlast the provision timeout"
+    else:
+        assert (delivery["retry"], delivery["backoffPolicy"], delivery["backoffDelay"]) == (5, "exponential", "PT1S")
+
+
+def test_install_trigger_takes_tenant_add_or_update() -> None:
+    (trigger,) = file_documents(TRIGGERS / "tenant-install.yaml")
+    assert trigger["spec"]["filters"] == [
+        {
+            "any": [
+                {"exact": {"type": "dev.knative.apiserver.resource.add"}},
+                {"exact": {"type": "dev.knative.apiserver.resource.update"}},
+            ]
+        },
+        {"exact": {"kind": "Tenant"}},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "event_type"),
+    [
+        ("tenant-check-ready", "io.kubeopera.tenant.provisioning"),
+        ("tenant-store-kubeconfig", "io.kubeopera.tenant.ready"),
+        ("tenant-notify-api", "io.kubeopera.tenant.kubeconfig.stored"),
+    ],
+)
+def test_step_triggers_filter_on_exact_type(trigger: str, event_type: str) -> None:
+    (doc,) = file_documents(TRIGGERS / f"{trigger}.yaml")
+    assert doc["spec"]["filters"] == [{"exact": {"type": event_type}}]
+
+
+# ----------------------------------------------------------------------------- Services
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(SERVICES.glob("*.yaml")):
+        (doc,) = file_documents(path)
+        assert doc["metadata"]["name"] == path.stem
+        found[path.stem] = doc
+    return found
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item for item in container.get("env", [])}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTION_MODULES))
+def test_service_runs_its_function_safely(name: str) -> None:
+    service = _services()[name]
+    assert service["metadata"]["labels"]["networking.knative.dev/visibility"] == "cluster-local"
+    template = service["spec"]["template"]
+    spec = template["spec"]
+    (container,) = spec["containers"]
+    assert spec["serviceAccountName"] == name
+    assert container["command"] == dockerfile_entrypoint(), "the Service must run the image's start command"
+    assert container["args"] == [f"functions.{FUNCTION_MODULES[name]}:create_app()"]
+    env = _env(container)
+    workers, threads = int(env["GUNICORN_WORKERS"]["value"]), int(env["GUNICORN_THREADS"]["value"])
+    assert spec["containerConcurrency"] == workers * threads, "one pod gets at most what gunicorn serves at once"
+    assert 0 < spec["timeoutSeconds"] <= 600
+    annotations = template["metadata"]["annotations"]
+    assert int(annotations["autoscaling.knative.dev/max-scale"]) >= 1
+    assert container["envFrom"] == [{"configMapRef": {"name": "tenant-functions-config"}}]
+    assert env["INTERNAL_SERVICE_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kubeopera-internal-token", "key": "token", "optional": True}
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] > 0
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    empty_dirs = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+    assert mounts.get("/tmp") in empty_dirs
+    if name in HELM_FUNCTIONS:
+        for var in HELM_HOME_VARS:
+            path = env[var]["value"]
+            assert any(path.startswith(mount + "/") and mounts[mount] in empty_dirs for mount in mounts), (
+                f"{name}: {var}={path} is not on a writable emptyDir"
+            )
+
+
+def test_install_is_heavy_and_few_the_others_light_and_many() -> None:
+    services = _services()
+    install = services["tenant-install"]["spec"]["template"]["spec"]["containerConcurrency"]
+    for name, service in services.items():
+        if name != "tenant-install":
+            assert service["spec"]["template"]["spec"]["containerConcurrency"] > install, name
+
+
+# ----------------------------------------------------------------------------- RBAC
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTION_MODULES))
+def test_rbac_file_is_one_identity(name: str) -> None:
+    docs = file_documents(RBAC / f"{name}.yaml")
+    accounts = objects_of(docs, "ServiceAccount")
+    assert list(accounts) == [name]
+    roles = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    bound = set()
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+        bound.add((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
+        if binding["kind"] == "RoleBinding":
+            assert binding["roleRef"]["kind"] == "Role", "a RoleBinding here binds this file's Role"
+    assert bound == roles, "every Role of the file is bound to its ServiceAccount, and only those"
+    for role in (d for d in docs if d["kind"] in ("Role", "ClusterRole")):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+@pytest.mark.parametrize(
+    "path", [*sorted(RBAC.glob("*.yaml")), EVENTING / "apiserversource-rbac.yaml"], ids=lambda p: p.name
+)
+def test_every_rbac_rule_says_why(path: Path) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines):
+        if re.match(r"^\s*- apiGroups:", line):
+            before = next(prev.strip() for prev in reversed(lines[:number]) if prev.strip())
+            assert before.startswith("#"), f"{path.name}:{number + 1}: the rule has no comment above it"
+
+
+def _rules(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (doc["kind"], doc["metadata"]["name"], rule)
+        for doc in file_documents(path)
+        if doc["kind"] in ("Role", "ClusterRole")
+        for rule in doc["rules"]
+    ]
+
+
+def test_check_ready_only_reads() -> None:
+    for kind, name, rule in _rules(RBAC / "tenant-check-ready.yaml"):
+        if rule["resources"] == ["events"]:
+            continue  # recording Events on the Tenant
+        assert not WRITE_VERBS & set(rule["verbs"]), f"{kind} {name}: {rule}"
+
+
+def test_cluster_wide_rules_are_only_where_namespaces_are_unknown() -> None:
+    """notify-api and dead-letter touch kubeopera-system only: no ClusterRole for them."""
+    for name in ("tenant-notify-api", "tenant-dead-letter"):
+        kinds = {doc["kind"] for doc in file_documents(RBAC / f"{name}.yaml")}
+        assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, name
+
+
+def test_source_reads_tenants_and_nothing_else() -> None:
+    rules = _rules(EVENTING / "apiserversource-rbac.yaml")
+    assert [(kind, rule) for kind, _, rule in rules] == [
+        ("Role", {"apiGroups": ["kubeopera.io"], "resources": ["tenants"], "verbs": ["get", "list", "watch"]})
+    ]
+    (source,) = file_documents(EVENTING / "apiserversource.yaml")
+    assert source["spec"]["serviceAccountName"] == "tenant-source"
+    assert source["spec"]["mode"] == "Resource"
+    assert source["spec"]["resources"] == [{"apiVersion": "kubeopera.io/v1alpha1", "kind": "Tenant"}]
+
+
+# ----------------------------------------------------------------------------- the image
+
+
+def test_dockerfile_pins_its_inputs_and_runs_as_non_root() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    (base,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base), base
+    assert re.search(r"^ARG HELM_VERSION=v3\.16\.4$", text, re.M)
+    assert "ARG HELM_SHA256_AMD64=fc307327959aa38ed8f9f7e66d45492bb022a66c3e5da6063958254b9767d179" in text
+    assert "ARG HELM_SHA256_ARM64=d3f8f15b3d9ec8c8678fbf3280c3e5902efabe5912e2f9fcf29107efbc8ead69" in text
+    assert "sha256sum -c" in text
+    users = re.findall(r"^USER\s+(\S+)$", text, re.M)
+    assert users and re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), "the last USER must be a numeric non-root user"
+    assert dockerfile_entrypoint() == ["gunicorn", "-c", "python:functions.gunicorn_conf"]

@@ -1,0 +1,175 @@
+"""The exact command the image runs serves every function from the installed package.
+
+No image can be built here, so this does what the Dockerfile does, short of the container: it
+copies the files the Dockerfile copies (pyproject.toml, README.md, shared/, functions/), builds the
+wheel, installs it into a folder of its own, and then, for every Knative Service in
+deploy/base/services, runs the Service's command and args (checked equal to the Dockerfile's
+ENTRYPOINT by test_manifests.py) from an empty working folder, with the Service's environment and
+the ConfigMap's settings, on a free port. Each function must answer /healthz, /readyz and
+/metrics, and stop cleanly on SIGTERM, as Knative stops it.
+
+Differences from the pod, on purpose: the Kubernetes client gets a kubeconfig (nothing is
+called) instead of in-cluster credentials, helm is the test bed's helm v3.16.4 (the image's
+comes from get.helm.sh), the chart is the test bed's stand-in (so install's /readyz, which needs
+the chart, can pass offline), and helm's folders are remapped into the test's tmp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.testbed import toolchain
+from shared.testbed.registry import CHART_DIR
+
+from .manifests import DEPLOY, DOCKERFILE, FUNCTION_MODULES, REPO, SERVICES, file_documents, objects_of
+
+# What the Dockerfile's build stage copies into the build context.
+COPIED = ("pyproject.toml", "README.md", "shared", "functions")
+HELM_HOME = "/var/lib/kubeopera/helm"
+START_TIMEOUT = 60.0
+DUMMY_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: none, user: {token: not-used}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+"""
+
+
+def test_dockerfile_copies_what_this_test_copies() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert "COPY pyproject.toml README.md ./" in text
+    assert "COPY shared ./shared" in text and "COPY functions ./functions" in text
+
+
+@pytest.fixture(scope="module")
+def installed_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project installed from its wheel, the way the image installs it."""
+    work = tmp_path_factory.mktemp("image")
+    src = work / "src"
+    src.mkdir()
+    for name in COPIED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy(source, src / name)
+    wheels, site = work / "wheels", work / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    build = subprocess.run(
+        [*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(src)], capture_output=True, text=True, timeout=600
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = wheels.glob("kubeopera_tenants-*.whl")
+    install = subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=600
+    )
+    assert install.returncode == 0, install.stderr
+    return site
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def _environment(service: dict[str, Any], site: Path, work: Path, port: int) -> dict[str, str]:
+    (container,) = service["spec"]["template"]["spec"]["containers"]
+    config = objects_of(file_documents(DEPLOY / "base" / "config.yaml"), "ConfigMap")["tenant-functions-config"]
+    helm_bin = toolchain.ensure("helm")
+    kubeconfig = work / "kubeconfig"
+    kubeconfig.write_text(DUMMY_KUBECONFIG)
+    env = {
+        "PATH": os.pathsep.join([str(helm_bin), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+        "HOME": str(work),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(site),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "KUBECONFIG": str(kubeconfig),
+        "PORT": str(port),  # Knative sets it from the container port
+        "K_SERVICE": service["metadata"]["name"],
+    }
+    env.update(config["data"])
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"].replace(HELM_HOME, str(work / "helm"))
+    env["VCLUSTER_CHART"] = str(CHART_DIR)
+    return env
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTION_MODULES))
+def test_start_command_serves_the_function(name: str, installed_site: Path, tmp_path: Path) -> None:
+    (service,) = file_documents(SERVICES / f"{name}.yaml")
+    (container,) = service["spec"]["template"]["spec"]["containers"]
+    argv = [*container["command"], *container["args"]]
+    port = _free_port()
+    env = _environment(service, installed_site, tmp_path, port)
+    assert shutil.which(argv[0], path=env["PATH"]), f"{argv[0]} is not installed"
+
+    # The functions come from the installed package, not from the source tree.
+    where = subprocess.run(
+        [sys.executable, "-c", "import functions, shared; print(functions.__file__); print(shared.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert where.returncode == 0, where.stderr
+    assert all(Path(line).is_relative_to(installed_site) for line in where.stdout.split()), where.stdout
+
+    log = tmp_path / "gunicorn.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + START_TIMEOUT
+            status = 0
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    status, _ = _get(f"{base}/healthz")
+                except OSError:
+                    status = 0
+                if status == 200:
+                    break
+                time.sleep(0.2)
+            assert status == 200, f"{name} did not come up:\n{log.read_text(errors='replace')}"
+            assert _get(f"{base}/readyz")[0] == 200, log.read_text(errors="replace")
+            code, body = _get(f"{base}/metrics")
+            assert code == 200 and "# TYPE" in body
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                returncode = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+    assert returncode == 0, f"{name} did not stop cleanly on SIGTERM:\n{log.read_text(errors='replace')}"
+    text = log.read_text(errors="replace")
+    assert f"Listening at: http://0.0.0.0:{port}" in text
+    assert "Using worker: gthread" in text
+    assert "Traceback" not in text, text

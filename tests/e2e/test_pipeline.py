@@ -1,0 +1,413 @@
+"""The Tenant pipeline end to end, on real parts.
+
+A real kube-apiserver and etcd, the real Knative ApiServerSource adapter posting to the local
+broker (routing by ``eventing/triggers``), the five functions under gunicorn as separate
+processes, each with its own ServiceAccount's token and the RBAC from ``deploy/``, real helm
+installing the chart from a real OCI registry; the vCluster and kubeopera-api are the two
+stand-ins. The vCluster boots in 20 s and check-ready polls every 15 s, as in production.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+import requests
+import yaml
+
+from shared.kube import Kube
+from shared.local.cli import main as cli_main
+from shared.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from shared.tenant import Tenant
+from shared.testbed.processes import run
+from shared.values import vcluster_values
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+TOKEN = "e2e-internal-token"
+BOOT_SECONDS = 20.0
+POLL_SECONDS = 15
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120.0, interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def tenant_yaml(
+    name: str,
+    cloud_space_id: str,
+    tenant_name: str | None = None,
+    cpu: str = "1",
+    memory: str = "2Gi",
+    user: str = "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b",
+) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kubeopera.io/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": name, "namespace": TENANT_NAMESPACE},
+            "spec": {
+                "userID": user,
+                "tenantName": tenant_name or name,
+                "cloudSpaceID": cloud_space_id,
+                "quota": {"cpu": cpu, "memory": memory},
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def pipeline() -> Iterator[Stack]:
+    options = StackOptions(api_token=TOKEN, vcluster_boot_seconds=BOOT_SECONDS, ready_poll_seconds=POLL_SECONDS)
+    with start_stack(options) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def kube(pipeline: Stack) -> Iterator[Kube]:
+    client = Kube.connect(pipeline.admin_kubeconfig)
+    yield client
+    client.close()
+
+
+def phase_of(kube: Kube, name: str, phase: str) -> Tenant | None:
+    tenant = kube.get_tenant(TENANT_NAMESPACE, name)
+    if tenant is not None and tenant.status.phase is not None and tenant.status.phase.value == phase:
+        return tenant
+    return None
+
+
+def helm(pipeline: Stack, *args: str) -> Any:
+    out = run([str(pipeline.tools.helm), f"--kubeconfig={pipeline.admin_kubeconfig}", *args, "-o", "json"]).stdout
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def alice(pipeline: Stack, kube: Kube) -> Tenant:
+    """The example Tenant from the spec, applied with kubectl, provisioned to Ready."""
+    assert pipeline.api is not None
+    pipeline.api.set_mode("ok")
+    pipeline.kubectl("apply", "-f", "deploy/examples/alice-default.yaml")
+    return wait_for("alice-default Ready", lambda: phase_of(kube, "alice-default", "Ready"), timeout=150)
+
+
+def test_example_tenant_ends_ready_with_everything_the_operator_did(pipeline: Stack, kube: Kube, alice: Tenant) -> None:
+    cs_id = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
+    secret_name = f"tenant-{cs_id}-kubeconfig"
+    status = alice.status
+    assert (status.vcluster_name, status.namespace, status.kubeconfig_secret) == (
+        "vc-alice-default",
+        "vcluster-alice-default",
+        secret_name,
+    )
+    assert status.observed_generation == alice.generation == 1
+    assert status.last_synced_at
+    assert status.is_true("CallbackDelivered", 1) and status.is_true("Ready", 1)
+
+    secret = json.loads(pipeline.kubectl("get", "secret", secret_name, "-n", TENANT_NAMESPACE, "-o", "json"))
+    assert secret["metadata"]["labels"] == {
+        "kubeopera.io/tenant-id": cs_id,
+        "kubeopera.io/managed-by": "tenant-controller",
+    }
+    kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://vc-alice-default.vcluster-alice-default:443"
+
+    values = helm(pipeline, "get", "values", "vc-alice-default", "-n", "vcluster-alice-default")
+    assert values == vcluster_values(alice.spec, "local")
+    assert values["controlPlane"]["statefulSet"]["resources"] == {
+        "requests": {"cpu": "2", "memory": "4Gi"},
+        "limits": {"cpu": "2", "memory": "4Gi"},
+    }
+    history = helm(pipeline, "history", "vc-alice-default", "-n", "vcluster-alice-default")
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "deployed")]
+    statefulset = json.loads(
+        pipeline.kubectl("get", "statefulset", "vc-alice-default", "-n", "vcluster-alice-default", "-o", "json")
+    )
+    assert statefulset["metadata"]["name"] == "vc-alice-default"
+    namespace = json.loads(pipeline.kubectl("get", "namespace", "vcluster-alice-default", "-o", "json"))
+    assert namespace["metadata"]["labels"]["kubeopera.io/tenant-id"] == cs_id
+
+    assert pipeline.api is not None
+    patches = [r for r in pipeline.api.requests() if cs_id in r.path]
+    assert len(patches) == 1
+    assert (patches[0].method, patches[0].path) == ("PATCH", f"/api/v1/cloudspaces/{cs_id}")
+    assert patches[0].header("authorization") == f"Bearer {TOKEN}"
+    assert json.loads(patches[0].body) == {
+        "vcluster_id": "vc-alice-default",
+        "namespace": "vcluster-alice-default",
+        "kubeconfig_secret": secret_name,
+        "status": "active",
+    }
+    printed = pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE)
+    assert printed.split("\n")[0].split() == ["NAME", "PHASE", "VCLUSTER", "NAMESPACE", "AGE"]
+    assert "alice-default   Ready   vc-alice-default   vcluster-alice-default" in printed
+
+
+def test_readiness_poll_waits_15s_between_checks(pipeline: Stack, alice: Tenant) -> None:
+    checks = [
+        a
+        for a in pipeline.broker.deliveries()
+        if a.trigger == "tenant-check-ready" and (a.subject or "").endswith("/alice-default")
+    ]
+    statuses = [a.status for a in checks]
+    # Booting takes 20 s: answered 503 at 0 s and 15 s, ready at 30 s.
+    assert statuses == [503, 503, 200], statuses
+    times = [a.clock for a in checks]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    assert all(POLL_SECONDS - 0.5 <= gap <= POLL_SECONDS + 3 for gap in gaps), gaps
+
+
+def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: Kube, alice: Tenant) -> None:
+    assert pipeline.api is not None
+    calls_before = len(pipeline.api.requests())
+    secret_before = json.loads(
+        pipeline.kubectl("get", "secret", alice.status.kubeconfig_secret, "-n", TENANT_NAMESPACE, "-o", "json")
+    )
+    attempts_before = len(pipeline.broker.deliveries())
+    pipeline.kubectl("apply", "-f", "deploy/examples/alice-default.yaml")
+    # A metadata-only change makes the ApiServerSource send an update for the same generation,
+    # and a duplicated ready event replays store-kubeconfig and notify-api.
+    pipeline.kubectl("annotate", "kt", "alice-default", "-n", TENANT_NAMESPACE, "example.com/touched=yes")
+    requests.post(
+        pipeline.broker.url,
+        headers={
+            "ce-specversion": "1.0",
+            "ce-id": "dup-1",
+            "ce-source": "/test",
+            "ce-type": "io.kubeopera.tenant.ready",
+            "content-type": "application/json",
+        },
+        data=json.dumps({"namespace": TENANT_NAMESPACE, "name": "alice-default", "uid": alice.uid, "generation": 1}),
+        timeout=5,
+    ).raise_for_status()
+    wait_for(
+        "the duplicate to reach notify-api",
+        lambda: [a for a in pipeline.broker.deliveries()[attempts_before:] if a.trigger == "tenant-notify-api"],
+    )
+    assert pipeline.broker.wait_idle(30)
+    history = helm(pipeline, "history", "vc-alice-default", "-n", "vcluster-alice-default")
+    assert len(history) == 1
+    assert len(pipeline.api.requests()) == calls_before
+    secret_after = json.loads(
+        pipeline.kubectl("get", "secret", alice.status.kubeconfig_secret, "-n", TENANT_NAMESPACE, "-o", "json")
+    )
+    assert secret_after["metadata"]["resourceVersion"] == secret_before["metadata"]["resourceVersion"]
+    again = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
+    assert again is not None and again.status.phase is not None and again.status.phase.value == "Ready"
+    new = pipeline.broker.deliveries()[attempts_before:]
+    assert {a.trigger for a in new} >= {"tenant-install", "tenant-store-kubeconfig", "tenant-notify-api"}
+    assert all(a.status in (200, 204) for a in new), [a.to_dict() for a in new]
+
+
+@pytest.mark.parametrize(
+    ("mode", "name", "cs_id", "detail"),
+    [
+        ("down", "bob-down", "1b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f", "unreachable"),
+        ("error", "carol-err", "2b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f", "answered 500"),
+    ],
+)
+def test_tenant_is_ready_even_when_kubeopera_api_fails(
+    pipeline: Stack, kube: Kube, alice: Tenant, mode: str, name: str, cs_id: str, detail: str
+) -> None:
+    assert pipeline.api is not None
+    pipeline.api.set_mode(mode)  # type: ignore[arg-type]
+    try:
+        pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs_id))
+        tenant = wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=150)
+    finally:
+        pipeline.api.set_mode("ok")
+    callback = tenant.status.condition("CallbackDelivered")
+    assert callback is not None
+    assert (callback.status, callback.reason) == ("False", "CallbackFailed")
+    assert detail in callback.message
+    assert "callback failed" in tenant.status.message
+    assert tenant.status.kubeconfig_secret == f"tenant-{cs_id}-kubeconfig"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "complaint"),
+    [
+        ("tenantName", "Bad_Name", "spec.tenantName"),
+        ("tenantName", "ab", "spec.tenantName"),
+        ("cloudSpaceID", "not-a-uuid", "spec.cloudSpaceID"),
+        ("cpu", "two cores", "spec.quota.cpu"),
+        ("memory", "4 gigs", "spec.quota.memory"),
+    ],
+)
+def test_api_server_refuses_bad_tenants(pipeline: Stack, field: str, value: str, complaint: str) -> None:
+    spec = {"name": "refused", "cloud_space_id": "3b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f", "tenant_name": "refused"}
+    if field == "tenantName":
+        spec["tenant_name"] = value
+    elif field == "cloudSpaceID":
+        spec["cloud_space_id"] = value
+    manifest = tenant_yaml(
+        spec["name"],
+        spec["cloud_space_id"],
+        spec["tenant_name"],
+        cpu=value if field == "cpu" else "1",
+        memory=value if field == "memory" else "1Gi",
+    )
+    result = run(
+        [str(pipeline.tools.kubectl), f"--kubeconfig={pipeline.admin_kubeconfig}", "apply", "-f", "-"],
+        input=manifest,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert complaint in result.stderr
+    missing = pipeline.kubectl("get", "kt", "refused", "-n", TENANT_NAMESPACE, "--ignore-not-found")
+    assert missing == ""
+
+
+def test_tenant_name_and_cloud_space_id_are_immutable(pipeline: Stack, alice: Tenant) -> None:
+    for patch, message in (
+        ({"spec": {"tenantName": "alice-renamed"}}, "tenantName is immutable"),
+        ({"spec": {"cloudSpaceID": "4b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"}}, "cloudSpaceID is immutable"),
+    ):
+        result = run(
+            [
+                str(pipeline.tools.kubectl),
+                f"--kubeconfig={pipeline.admin_kubeconfig}",
+                "patch",
+                "kt",
+                "alice-default",
+                "-n",
+                TENANT_NAMESPACE,
+                "--type=merge",
+                "-p",
+                json.dumps(patch),
+            ],
+            check=False,
+        )
+        assert result.returncode != 0 and message in result.stderr
+
+
+@pytest.mark.parametrize("service", sorted(FUNCTIONS))
+def test_garbage_to_each_function_is_400_and_changes_nothing(
+    pipeline: Stack, kube: Kube, alice: Tenant, service: str
+) -> None:
+    before = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
+    assert before is not None
+    url = pipeline.function_urls[service]
+    for headers, body in (
+        ({"Content-Type": "text/plain"}, b"\x00garbage\xff"),
+        ({"Content-Type": "application/json"}, b'{"kind": "Tenant"}'),
+        ({"ce-specversion": "1.0", "ce-type": "io.kubeopera.tenant.ready", "Content-Type": "application/json"}, b"{"),
+    ):
+        response = requests.post(url, headers=headers, data=body, timeout=10)
+        assert response.status_code == 400, (service, response.text)
+        assert "error" in response.json()
+    after = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
+    assert after is not None and after.resource_version == before.resource_version
+
+
+def test_event_for_a_missing_or_replaced_tenant_is_acknowledged_and_ignored(
+    pipeline: Stack, kube: Kube, alice: Tenant
+) -> None:
+    before = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
+    assert before is not None
+    url = pipeline.function_urls["tenant-check-ready"]
+    for data in (
+        {"namespace": TENANT_NAMESPACE, "name": "nobody", "uid": "u", "generation": 1},
+        {"namespace": TENANT_NAMESPACE, "name": "alice-default", "uid": "another-uid", "generation": 1},
+        {"namespace": TENANT_NAMESPACE, "name": "alice-default", "uid": alice.uid, "generation": 7},
+    ):
+        response = requests.post(
+            url,
+            headers={
+                "ce-specversion": "1.0",
+                "ce-id": "x",
+                "ce-source": "/test",
+                "ce-type": "io.kubeopera.tenant.provisioning",
+                "Content-Type": "application/json",
+            },
+            data=json.dumps(data),
+            timeout=10,
+        )
+        assert response.status_code == 204, response.text
+    after = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
+    assert after is not None and after.resource_version == before.resource_version
+
+
+def test_each_function_runs_as_its_own_service_account(pipeline: Stack) -> None:
+    def can(service: str, *what: str) -> bool:
+        result = run(
+            [
+                str(pipeline.tools.kubectl),
+                f"--kubeconfig={pipeline.function_kubeconfigs[service]}",
+                "auth",
+                "can-i",
+                *what,
+            ],
+            check=False,
+        )
+        return result.stdout.strip() == "yes"
+
+    assert not can("tenant-check-ready", "create", "secrets", "-n", TENANT_NAMESPACE)
+    assert not can("tenant-check-ready", "patch", "tenants", "--subresource=status", "-n", TENANT_NAMESPACE)
+    assert can("tenant-check-ready", "get", "secrets", "-n", "vcluster-alice-default")
+    assert can("tenant-store-kubeconfig", "create", "secrets", "-n", TENANT_NAMESPACE)
+    assert not can("tenant-notify-api", "get", "secrets", "-n", TENANT_NAMESPACE)
+    assert can("tenant-notify-api", "patch", "tenants", "--subresource=status", "-n", TENANT_NAMESPACE)
+    assert not can("tenant-source", "patch", "tenants", "-n", TENANT_NAMESPACE)
+    write = run(
+        [
+            str(pipeline.tools.kubectl),
+            f"--kubeconfig={pipeline.function_kubeconfigs['tenant-check-ready']}",
+            "create",
+            "secret",
+            "generic",
+            "sneaky",
+            "-n",
+            TENANT_NAMESPACE,
+            "--from-literal=a=b",
+        ],
+        check=False,
+    )
+    assert write.returncode != 0 and "forbidden" in write.stderr.lower()
+
+
+def test_failure_is_dead_lettered_to_failed_and_retry_provisions_it(
+    pipeline: Stack, kube: Kube, alice: Tenant, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A release that cannot install (a foreign object in the way) ends Failed with the reason;
+    once the obstacle is gone, `kubeopera-tenants retry` brings the Tenant to Ready."""
+    name, cs_id = "dave-blocked", "5b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"
+    pipeline.kubectl("create", "namespace", f"vcluster-{name}")
+    pipeline.kubectl("create", "serviceaccount", f"vc-vc-{name}", "-n", f"vcluster-{name}")
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs_id))
+    failed = wait_for(f"{name} Failed", lambda: phase_of(kube, name, "Failed"), timeout=120)
+    assert "could not be delivered to tenant-install" in failed.status.message
+    assert "exists" in failed.status.message
+    dead = [a for a in pipeline.broker.deliveries() if a.target == "dead-letter" and name in (a.subject or "")]
+    assert dead and dead[-1].status == 204
+
+    kubeconfig = str(pipeline.admin_kubeconfig)
+    assert cli_main(["retry", "alice-default", "--kubeconfig", kubeconfig]) == 1
+    assert "is Ready, not Failed" in capsys.readouterr().err
+    assert cli_main(["retry", "nobody", "--kubeconfig", kubeconfig]) == 1
+    assert "not found" in capsys.readouterr().err
+
+    pipeline.kubectl("delete", "serviceaccount", f"vc-vc-{name}", "-n", f"vcluster-{name}")
+    assert cli_main(["retry", name, "--kubeconfig", kubeconfig]) == 0
+    assert "patched to Pending" in capsys.readouterr().out
+    ready = wait_for(f"{name} Ready after retry", lambda: phase_of(kube, name, "Ready"), timeout=150)
+    assert ready.status.is_true("Ready", ready.generation)
+
+    assert cli_main(["status", "--kubeconfig", kubeconfig]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:5] == ["NAMESPACE", "NAME", "PHASE", "VCLUSTER", "AGE"]
+    rows = {line.split()[1]: line.split() for line in table[1:]}
+    assert rows["alice-default"][2:4] == ["Ready", "vc-alice-default"]
+    assert rows[name][2] == "Ready"
