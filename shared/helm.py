@@ -21,7 +21,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,25 +124,22 @@ class Helm:
                     shutil.rmtree(local, ignore_errors=True)
                     staging.rename(local)
             except helm_errors.Error as err:
-                raise _classify(f"pull {self._chart_ref}:{self._chart_version}", err) from None
+                what = f"pull {self._chart_ref}:{self._chart_version}"
+                if (err.stderr or b"").rstrip().endswith(b"not found"):
+                    raise PermanentError(f"{what}: chart version not found in the registry") from None
+                raise _classify(what, err) from None
             log.info("chart pulled", extra={"chart": self._chart_ref, "version": self._chart_version})
         return await self._client.get_chart(local)
 
     def release(self, name: str, namespace: str) -> ReleaseState | None:
+        """The release's current revision and status (``helm status``), or None if there is none."""
         try:
             revision = _run(self._client.get_current_revision(name, namespace=namespace))
         except helm_errors.ReleaseNotFoundError:
             return None
         except helm_errors.Error as err:
             raise _classify(f"helm status {namespace}/{name}", err) from None
-        meta = revision.chart_metadata_
-        return ReleaseState(
-            name=name,
-            namespace=namespace,
-            revision=int(revision.revision),
-            status=str(revision.status.value),
-            chart_version=str(meta.version) if meta is not None else "",
-        )
+        return _state(name, namespace, revision)
 
     def values(self, name: str, namespace: str) -> dict[str, Any]:
         """The user-supplied values of the release's current revision."""
@@ -152,34 +149,45 @@ class Helm:
         except helm_errors.Error as err:
             raise _classify(f"helm get values {namespace}/{name}", err) from None
 
+    async def _unchanged(self, name: str, namespace: str, values: Mapping[str, Any]) -> ReleaseState | None:
+        """The current state if the release already runs the pinned chart with ``values``."""
+        try:
+            revision = await self._client.get_current_revision(name, namespace=namespace)
+        except helm_errors.ReleaseNotFoundError:
+            return None
+        state = _state(name, namespace, revision)
+        if state.pending:
+            raise TemporaryError(
+                f"release {namespace}/{name} is {state.status}: another helm operation is in progress",
+                retry_after=5,
+            )
+        if not state.deployed:
+            return None
+        metadata = await revision.chart_metadata()
+        if str(metadata.version) != self._chart_version:
+            return None
+        current = await revision.values()
+        return replace(state, chart_version=str(metadata.version)) if _same(current or {}, values) else None
+
     def install_or_upgrade(self, name: str, namespace: str, values: Mapping[str, Any]) -> ReleaseState:
         """Make the release run the pinned chart with ``values``; no new revision if it already does."""
         with self._release_lock(namespace, name):
-            current = self.release(name, namespace)
-            if current is not None:
-                if current.pending:
-                    raise TemporaryError(
-                        f"release {namespace}/{name} is {current.status}: another helm operation is in progress",
-                        retry_after=5,
-                    )
-                if (
-                    current.deployed
-                    and current.chart_version == self._chart_version
-                    and _same(self.values(name, namespace), values)
-                ):
-                    return current
+            try:
+                unchanged = _run(self._unchanged(name, namespace, values))
+            except helm_errors.Error as err:
+                raise _classify(f"helm status {namespace}/{name}", err) from None
+            if unchanged is not None:
+                return unchanged
             chart = self.chart()
             try:
-                _run(
+                revision = _run(
                     self._client.install_or_upgrade_release(
                         name, chart, dict(values), namespace=namespace, create_namespace=False, wait=False
                     )
                 )
             except helm_errors.Error as err:
                 raise _classify(f"helm upgrade --install {namespace}/{name}", err) from None
-            state = self.release(name, namespace)
-            if state is None:  # helm said yes, then has no release: treat as a race, retry
-                raise TemporaryError(f"release {namespace}/{name} vanished right after install")
+            state = replace(_state(name, namespace, revision), chart_version=self._chart_version)
             log.info(
                 "release installed",
                 extra={"release": name, "namespace": namespace, "revision": state.revision, "status": state.status},
@@ -192,6 +200,17 @@ class Helm:
                 _run(self._client.uninstall_release(name, namespace=namespace, wait=False))
             except helm_errors.Error as err:
                 raise _classify(f"helm uninstall {namespace}/{name}", err) from None
+
+
+def _state(name: str, namespace: str, revision: Any) -> ReleaseState:
+    meta = revision.chart_metadata_  # present after install/upgrade, absent after `helm status`
+    return ReleaseState(
+        name=name,
+        namespace=namespace,
+        revision=int(revision.revision),
+        status=str(revision.status.value),
+        chart_version=str(meta.version) if meta is not None else "",
+    )
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -1,0 +1,105 @@
+"""shared.helm against the real helm CLI, the real registry and the real API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.errors import PermanentError, TemporaryError
+from shared.helm import Helm
+from shared.testbed.toolchain import Toolchain
+
+pytestmark = pytest.mark.integration
+
+
+def make_helm(toolchain: Toolchain, chart_ref: str, kubeconfig: Path, tmp_path: Path) -> Helm:
+    return Helm(chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kubeconfig)
+
+
+def test_same_values_make_no_new_revision_and_new_values_upgrade(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    test_namespace: str,
+    tmp_path: Path,
+) -> None:
+    helm = make_helm(toolchain, chart_ref, kube_admin_kubeconfig, tmp_path)
+    assert helm.release("vc-a", test_namespace) is None
+    values = {"controlPlane": {"statefulSet": {"resources": {"limits": {"cpu": "1"}}}}}
+    first = helm.install_or_upgrade("vc-a", test_namespace, values)
+    assert (first.revision, first.status, first.chart_version) == (1, "deployed", "0.21.2")
+    again = helm.install_or_upgrade("vc-a", test_namespace, values)
+    assert again.revision == 1
+    values["controlPlane"]["statefulSet"]["resources"]["limits"]["cpu"] = "2"
+    upgraded = helm.install_or_upgrade("vc-a", test_namespace, values)
+    assert (upgraded.revision, upgraded.status) == (2, "deployed")
+    assert helm.values("vc-a", test_namespace) == values
+    # The chart was pulled once into the cache folder and is installed from there.
+    assert (tmp_path / "charts" / "vcluster-0.21.2" / "Chart.yaml").is_file()
+
+
+def test_values_the_chart_rejects_are_permanent(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    test_namespace: str,
+    tmp_path: Path,
+) -> None:
+    helm = make_helm(toolchain, chart_ref, kube_admin_kubeconfig, tmp_path)
+    with pytest.raises(PermanentError, match="rejected the values"):
+        helm.install_or_upgrade("vc-b", test_namespace, {"exportKubeConfig": {"enabled": True}, "bogus": 1})
+
+
+def test_missing_chart_version_is_permanent(
+    toolchain: Toolchain, chart_ref: str, helm_env: dict[str, str], kube_admin_kubeconfig: Path, tmp_path: Path
+) -> None:
+    helm = Helm(
+        chart_ref, "9.9.9", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+    )
+    with pytest.raises(PermanentError, match="not found"):
+        helm.chart()
+
+
+def test_release_busy_in_another_operation_is_temporary(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    test_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A helm killed mid-install leaves the release pending-install; we must not pile on."""
+    import base64
+    import gzip
+    import json
+    import subprocess
+
+    helm = make_helm(toolchain, chart_ref, kube_admin_kubeconfig, tmp_path)
+    helm.install_or_upgrade("vc-c", test_namespace, {})
+    secret = "sh.helm.release.v1.vc-c.v1"
+    kubectl = [str(toolchain.kubectl), f"--kubeconfig={kube_admin_kubeconfig}", "-n", test_namespace]
+    # What a helm killed mid-upgrade leaves behind: the release record says pending-upgrade.
+    obj = json.loads(
+        subprocess.run(
+            [*kubectl, "get", "secret", secret, "-o", "json"], check=True, capture_output=True, text=True
+        ).stdout
+    )
+    record = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(obj["data"]["release"]))))
+    record["info"]["status"] = "pending-upgrade"
+    packed = base64.b64encode(base64.b64encode(gzip.compress(json.dumps(record).encode()))).decode()
+    obj["data"]["release"] = packed
+    obj["metadata"]["labels"]["status"] = "pending-upgrade"
+    subprocess.run([*kubectl, "replace", "-f", "-"], input=json.dumps(obj), check=True, capture_output=True, text=True)
+    state = helm.release("vc-c", test_namespace)
+    assert state is not None and state.pending
+    with pytest.raises(TemporaryError, match="another helm operation"):
+        helm.install_or_upgrade("vc-c", test_namespace, {"exportKubeConfig": {"server": "https://x:443"}})
+    listed = json.loads(
+        subprocess.run(
+            [*kubectl, "get", "secrets", "-l", "owner=helm", "-o", "json"], check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert [s["metadata"]["name"] for s in listed["items"]] == [secret]

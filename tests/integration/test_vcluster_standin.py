@@ -1,0 +1,70 @@
+"""The vCluster stand-in writes ``vc-<release>`` after its boot delay, as vcluster 0.21 does, and
+honours ``exportKubeConfig.server`` from the release's values (read from helm's own record)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shared.helm import Helm
+from shared.kube import Kube
+from shared.testbed.toolchain import Toolchain
+from shared.testbed.vcluster_standin import DEFAULT_SERVER, VClusterStandIn
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def kube(kube_admin_kubeconfig: Path) -> Iterator[Kube]:
+    client = Kube.connect(kube_admin_kubeconfig)
+    yield client
+    client.close()
+
+
+def secret_config(kube: Kube, namespace: str, release: str) -> dict[str, object] | None:
+    raw = kube.read_secret_key(namespace, f"vc-{release}", "config")
+    return yaml.safe_load(raw) if raw else None
+
+
+def test_standin_boots_each_release_after_its_delay(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    kube: Kube,
+    test_namespace: str,
+    tmp_path: Path,
+) -> None:
+    helm = Helm(
+        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+    )
+    server = f"https://vc-exported.{test_namespace}:443"
+    helm.install_or_upgrade("vc-exported", test_namespace, {"exportKubeConfig": {"server": server}})
+    helm.install_or_upgrade("vc-plain", test_namespace, {})
+
+    standin = VClusterStandIn(kube, boot_seconds=20)
+    assert not [w for w in standin.step(now=1000.0) if w.startswith(f"{test_namespace}/")]
+    assert secret_config(kube, test_namespace, "vc-exported") is None
+
+    assert not [w for w in standin.step(now=1019.0) if w.startswith(f"{test_namespace}/")]
+    written = [w for w in standin.step(now=1020.5) if w.startswith(f"{test_namespace}/")]
+    assert sorted(written) == [f"{test_namespace}/vc-vc-exported", f"{test_namespace}/vc-vc-plain"]
+
+    exported = secret_config(kube, test_namespace, "vc-exported")
+    assert exported is not None
+    assert exported["clusters"][0]["cluster"]["server"] == server  # type: ignore[index]
+    assert exported["current-context"] == "my-vcluster"
+    plain = secret_config(kube, test_namespace, "vc-plain")
+    assert plain is not None and plain["clusters"][0]["cluster"]["server"] == DEFAULT_SERVER  # type: ignore[index]
+    ca = kube.read_secret_key(test_namespace, "vc-vc-plain", "certificate-authority")
+    assert ca is not None and ca.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert base64.b64decode(
+        plain["clusters"][0]["cluster"]["certificate-authority-data"]  # type: ignore[index]
+    ).startswith(b"-----BEGIN CERTIFICATE-----")
+
+    # Booted once: a later poll writes nothing again.
+    assert not [w for w in standin.step(now=1100.0) if w.startswith(f"{test_namespace}/")]
