@@ -1,0 +1,177 @@
+"""Measure the pipeline against the raw cost of helm, on the local stack, and print a table.
+
+What it runs (``make bench``, or ``python -m bench --runs N``):
+
+- raw ``helm upgrade --install`` of the vcluster chart, from the OCI registry (what Helm 3 does
+  on every install: it downloads the chart again) and from a local chart folder (what the
+  install function does after its first pull);
+- raw ``helm status`` (check-ready's cost per poll);
+- the install function handling an ApiServerSource ``add`` event (re-read, namespace, helm,
+  status write), posted straight to it;
+- the whole pipeline, Tenant created with kubectl to phase Ready, with the vCluster stand-in
+  booting at once and a 1 s poll, so what is left is the pipeline's own overhead;
+- resident memory of each function's gunicorn worker after the runs.
+
+Numbers are wall-clock on this machine; they are for comparison, and no test asserts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+import yaml
+
+from shared.kube import Kube
+from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from shared.testbed.processes import run
+from shared.testbed.registry import helm_env
+
+
+def timed(fn: Callable[[], object], runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def tenant(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "kubeopera.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": name, "namespace": TENANT_NAMESPACE},
+        "spec": {
+            "userID": str(uuid.uuid4()),
+            "tenantName": name,
+            "cloudSpaceID": str(uuid.uuid4()),
+            "quota": {"cpu": "1", "memory": "1Gi"},
+        },
+    }
+
+
+def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
+    helm = [str(stack.tools.helm), f"--kubeconfig={stack.admin_kubeconfig}"]
+    work = Path(tempfile.mkdtemp(prefix="bench-", dir=stack.run_dir))
+    env = helm_env(work / "helm")
+    run([*helm, "pull", stack.chart_ref, "--version", "0.21.2", "--untar", "--destination", str(work)], env=env)
+    local_chart = work / "vcluster"
+    stack.kubectl("create", "namespace", "bench-raw")
+    counter = iter(range(10_000))
+
+    def raw_oci() -> None:
+        run(
+            [
+                *helm,
+                "upgrade",
+                "--install",
+                f"vc-oci-{next(counter)}",
+                stack.chart_ref,
+                "--version",
+                "0.21.2",
+                "-n",
+                "bench-raw",
+            ],
+            env=env,
+        )
+
+    local_releases: list[str] = []
+
+    def raw_local() -> None:
+        local_releases.append(f"vc-local-{next(counter)}")
+        run([*helm, "upgrade", "--install", local_releases[-1], str(local_chart), "-n", "bench-raw"], env=env)
+
+    def raw_status() -> None:
+        run([*helm, "status", local_releases[0], "-n", "bench-raw", "-o", "json"], env=env)
+
+    kube = Kube.connect(stack.admin_kubeconfig)
+
+    def install_function() -> None:
+        name = f"bench-fn-{next(counter)}"
+        obj = kube.create_tenant(tenant(name))
+        response = requests.post(
+            stack.function_urls["tenant-install"],
+            headers={
+                "ce-specversion": "1.0",
+                "ce-id": str(uuid.uuid4()),
+                "ce-source": "/bench",
+                "ce-type": "dev.knative.apiserver.resource.add",
+                "content-type": "application/json",
+            },
+            data=json.dumps(obj),
+            timeout=120,
+        )
+        # The adapter delivers the same add through the broker too; either may win, both are fine.
+        assert response.status_code in (200, 204), response.text
+
+    def to_ready() -> None:
+        name = f"bench-e2e-{next(counter)}"
+        stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant(name)))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = kube.get_tenant(TENANT_NAMESPACE, name)
+            if found is not None and found.status.phase is not None and found.status.phase.value == "Ready":
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} not Ready within 120 s")
+
+    results = [
+        ("helm upgrade --install, chart from OCI registry", timed(raw_oci, runs)),
+        ("helm upgrade --install, chart from local folder", timed(raw_local, runs)),
+        ("helm status", timed(raw_status, runs)),
+        ("install function, add event -> reply", timed(install_function, runs)),
+        ("pipeline, kubectl apply -> phase Ready (boot 0 s, poll 1 s)", timed(to_ready, runs)),
+    ]
+    kube.close()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for quiet in ("werkzeug", "shared.local.broker"):
+        logging.getLogger(quiet).setLevel(logging.ERROR)
+    options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1)
+    with start_stack(options) as stack:
+        results = bench(stack, args.runs)
+        memory = {
+            service: max((rss_mib(pid) for pid in children(proc.pid)), default=0.0)
+            for proc in stack.supervisor.processes
+            if (service := proc.name) in stack.function_urls
+        }
+    print(f"\n| what ({args.runs} runs) | median s | min s | max s |")
+    print("|---|---:|---:|---:|")
+    for name, samples in results:
+        print(f"| {name} | {statistics.median(samples):.3f} | {min(samples):.3f} | {max(samples):.3f} |")
+    print("\n| function | worker RSS MiB |")
+    print("|---|---:|")
+    for service, mib in sorted(memory.items()):
+        print(f"| {service} | {mib:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
