@@ -3,12 +3,13 @@
 It speaks in this project's values (``Tenant``, ``StatusUpdate``) and errors: a 409 becomes
 ``Conflict``; 429, 5xx and connection failures become ``TemporaryError``; 401/403 become
 ``PermanentError`` (a missing RBAC rule does not heal by retrying; the message names the verb
-and resource). Secret contents never appear in an error message or a log line.
+and resource), and so do 400/422 (the object we sent is invalid). Secret contents never appear in an error message or a log line.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -27,6 +28,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _api_message(err: ApiException) -> str:
+    """The Status message of an API error (never a request body, so never a secret)."""
+    try:
+        return str(json.loads(err.body or "{}").get("message", ""))[:300]
+    except ValueError:
+        return ""
+
+
 def _call(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
@@ -37,6 +46,8 @@ def _call(what: str, fn: Callable[[], T]) -> T:
             raise Conflict(f"{what}: conflict ({reason})") from None
         if status in (401, 403):
             raise PermanentError(f"{what}: the API server refused it ({status} {reason})") from None
+        if status in (400, 422):
+            raise PermanentError(f"{what}: the API server found it invalid ({status}): {_api_message(err)}") from None
         if status == 429 or status >= 500 or status == 0:
             raise TemporaryError(f"{what}: API server answered {status} {reason}", retry_after=2) from None
         raise
