@@ -83,16 +83,8 @@ class Kube:
     # Tenants -----------------------------------------------------------------------------
 
     def get_tenant(self, namespace: str, name: str) -> Tenant | None:
-        try:
-            obj = _call(
-                f"get tenant {namespace}/{name}",
-                lambda: self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return Tenant.from_object(obj)
+        obj = self.get_tenant_object(namespace, name)
+        return None if obj is None else Tenant.from_object(obj)
 
     def get_tenant_object(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
