@@ -3,7 +3,8 @@
 It speaks in this project's values (``Tenant``, ``StatusUpdate``) and errors: a 409 becomes
 ``Conflict``; 429, 5xx and connection failures become ``TemporaryError``; 401/403 become
 ``PermanentError`` (a missing RBAC rule does not heal by retrying; the message names the verb
-and resource), and so do 400/422 (the object we sent is invalid). Secret contents never appear in an error message or a log line.
+and resource), and so do 400/422 (the object we sent is invalid). Secret contents never appear
+in an error message or a log line.
 """
 
 from __future__ import annotations
