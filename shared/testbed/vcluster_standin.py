@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from shared import logs
-from shared.errors import TemporaryError
+from shared.errors import TemporaryError, TenantError
 from shared.kube import Kube
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class VClusterStandIn:
 
     def __init__(self, kube: Kube, boot_seconds: float, poll_seconds: float = 0.5) -> None:
         self._kube = kube
-        self._boot = boot_seconds
+        self._boot_seconds = boot_seconds
         self._poll = poll_seconds
         self._first_seen: dict[tuple[str, str], float] = {}
         self._booted: set[tuple[str, str, str]] = set()
@@ -94,28 +94,38 @@ class VClusterStandIn:
                 continue
             key = (namespace, release)
             self._first_seen.setdefault(key, moment)
-            if moment - self._first_seen[key] < self._boot or (namespace, release, secret_name) in self._booted:
+            if moment - self._first_seen[key] < self._boot_seconds or (namespace, release, secret_name) in self._booted:
                 continue
-            record = self._kube.read_secret_key(namespace, secret_name, "release")
-            if record is None:
+            try:
+                server = self._boot(namespace, release, secret_name)
+            except TenantError as err:  # e.g. a namespace being deleted: skip it, keep the others
+                log.warning("could not boot", extra={"namespace": namespace, "release": release, "error": str(err)})
                 continue
-            server = exported_server(release_values(record))
-            config = kubeconfig_for(server)
-            self._kube.upsert_secret(
-                namespace,
-                f"vc-{release}",
-                {
-                    "config": config,
-                    "certificate-authority": _FAKE_PEM.encode(),
-                    "client-certificate": _FAKE_PEM.encode(),
-                    "client-key": _FAKE_KEY.encode(),
-                },
-                {"app": "vcluster", "release": release, "vcluster.loft.sh/managed-by": release},
-            )
+            if server is None:
+                continue
             self._booted.add((namespace, release, secret_name))
             written.append(f"{namespace}/vc-{release}")
             log.info("vCluster booted", extra={"namespace": namespace, "release": release, "server": server})
         return written
+
+    def _boot(self, namespace: str, release: str, secret_name: str) -> str | None:
+        """Write ``vc-<release>`` as vcluster would; return the server it names."""
+        record = self._kube.read_secret_key(namespace, secret_name, "release")
+        if record is None:
+            return None
+        server = exported_server(release_values(record))
+        self._kube.upsert_secret(
+            namespace,
+            f"vc-{release}",
+            {
+                "config": kubeconfig_for(server),
+                "certificate-authority": _FAKE_PEM.encode(),
+                "client-certificate": _FAKE_PEM.encode(),
+                "client-key": _FAKE_KEY.encode(),
+            },
+            {"app": "vcluster", "release": release, "vcluster.loft.sh/managed-by": release},
+        )
+        return server
 
     def run(self) -> None:
         while not self._stop.is_set():
