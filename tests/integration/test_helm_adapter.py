@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,19 +17,19 @@ from shared.testbed.toolchain import Toolchain
 pytestmark = pytest.mark.integration
 
 
-def make_helm(toolchain: Toolchain, chart_ref: str, kubeconfig: Path, tmp_path: Path) -> Helm:
-    return Helm(chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kubeconfig)
+@pytest.fixture
+def helm(
+    toolchain: Toolchain, chart_ref: str, helm_env: dict[str, str], kube_admin_kubeconfig: Path, tmp_path: Path
+) -> Helm:
+    """The adapter on the real helm CLI, the session's registry and API server."""
+    return Helm(
+        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+    )
 
 
 def test_same_values_make_no_new_revision_and_new_values_upgrade(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    test_namespace: str,
-    tmp_path: Path,
+    helm: Helm, test_namespace: str, tmp_path: Path
 ) -> None:
-    helm = make_helm(toolchain, chart_ref, kube_admin_kubeconfig, tmp_path)
     assert helm.release("vc-a", test_namespace) is None
     values = {"controlPlane": {"statefulSet": {"resources": {"limits": {"cpu": "1"}}}}}
     first = helm.install_or_upgrade("vc-a", test_namespace, values)
@@ -40,15 +44,7 @@ def test_same_values_make_no_new_revision_and_new_values_upgrade(
     assert (tmp_path / "charts" / "vcluster-0.21.2" / "Chart.yaml").is_file()
 
 
-def test_values_the_chart_rejects_are_permanent(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    test_namespace: str,
-    tmp_path: Path,
-) -> None:
-    helm = make_helm(toolchain, chart_ref, kube_admin_kubeconfig, tmp_path)
+def test_values_the_chart_rejects_are_permanent(helm: Helm, test_namespace: str, tmp_path: Path) -> None:
     with pytest.raises(PermanentError, match="rejected the values"):
         helm.install_or_upgrade("vc-b", test_namespace, {"exportKubeConfig": {"enabled": True}, "bogus": 1})
 
@@ -64,20 +60,9 @@ def test_missing_chart_version_is_permanent(
 
 
 def test_release_busy_in_another_operation_is_temporary(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    test_namespace: str,
-    tmp_path: Path,
+    helm: Helm, toolchain: Toolchain, kube_admin_kubeconfig: Path, test_namespace: str
 ) -> None:
-    """A helm killed mid-install leaves the release pending-install; we must not pile on."""
-    import base64
-    import gzip
-    import json
-    import subprocess
-
-    helm = make_helm(toolchain, chart_ref, kube_admin_kubeconfig, tmp_path)
+    """A helm killed mid-upgrade leaves the release pending-upgrade; we must not pile on."""
     helm.install_or_upgrade("vc-c", test_namespace, {})
     secret = "sh.helm.release.v1.vc-c.v1"
     kubectl = [str(toolchain.kubectl), f"--kubeconfig={kube_admin_kubeconfig}", "-n", test_namespace]
