@@ -411,3 +411,35 @@ def test_failure_is_dead_lettered_to_failed_and_retry_provisions_it(
     rows = {line.split()[1]: line.split() for line in table[1:]}
     assert rows["alice-default"][2:4] == ["Ready", "vc-alice-default"]
     assert rows[name][2] == "Ready"
+
+
+def test_quota_change_upgrades_the_release_and_settles_ready_again(pipeline: Stack, kube: Kube, alice: Tenant) -> None:
+    """A spec change bumps the generation: install upgrades the release (a new helm revision with
+    the new quota), the chain runs again, and the Tenant is Ready for generation 2."""
+    assert pipeline.api is not None
+    calls_before = len(pipeline.api.requests())
+    pipeline.kubectl(
+        "patch",
+        "kt",
+        "alice-default",
+        "-n",
+        TENANT_NAMESPACE,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"quota": {"cpu": "3", "memory": "6Gi"}}}),
+    )
+
+    def ready_at_generation_2() -> Tenant | None:
+        tenant = phase_of(kube, "alice-default", "Ready")
+        return tenant if tenant is not None and tenant.status.observed_generation == 2 else None
+
+    tenant = wait_for("alice-default Ready at generation 2", ready_at_generation_2, timeout=120)
+    assert tenant.generation == 2
+    history = helm(pipeline, "history", "vc-alice-default", "-n", "vcluster-alice-default")
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "deployed")]
+    values = helm(pipeline, "get", "values", "vc-alice-default", "-n", "vcluster-alice-default")
+    assert values["controlPlane"]["statefulSet"]["resources"] == {
+        "requests": {"cpu": "3", "memory": "6Gi"},
+        "limits": {"cpu": "3", "memory": "6Gi"},
+    }
+    assert len(pipeline.api.requests()) == calls_before + 1
