@@ -1,0 +1,31 @@
+"""The `kubeopera-tenants status` table, from Tenant objects as the API server returns them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from shared.local.cli import status_table
+
+
+def obj(name: str, created: str, **status: str) -> dict[str, object]:
+    return {"metadata": {"namespace": "kubeopera-system", "name": name, "creationTimestamp": created}, "status": status}
+
+
+def test_table_lists_phase_vcluster_age_and_message_sorted_by_name() -> None:
+    now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+    table = status_table(
+        [
+            obj("zed", "2026-11-30T11:59:30Z"),
+            obj("alice", "2026-11-28T10:00:00Z", phase="Ready", vclusterName="vc-alice", message="vCluster ready"),
+            obj("bob", "2026-11-30T09:30:00Z", phase="Failed", message="line one\nline two"),
+        ],
+        now,
+    ).splitlines()
+    assert table[0].split() == ["NAMESPACE", "NAME", "PHASE", "VCLUSTER", "AGE", "MESSAGE"]
+    assert [row.split()[1:5] for row in table[1:]] == [
+        ["alice", "Ready", "vc-alice", "2d"],
+        ["bob", "Failed", "-", "2h"],
+        ["zed", "Pending", "-", "30s"],
+    ]
+    assert table[2].endswith("line one line two")
+    assert len({row.index(row.split()[2]) for row in table}) == 1  # columns line up
