@@ -16,7 +16,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared import events
-from shared.errors import NotReadyYet, PermanentError, TemporaryError
+from shared.errors import NotReadyYet, PermanentError, TemporaryError, TenantError
 from shared.helm import FAILED, Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -24,7 +24,7 @@ from shared.naming import VCLUSTER_CONFIG_KEY
 from shared.reconcile import live_tenant
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import Phase, TenantRef, parse_time, utcnow
+from shared.tenant import Phase, Tenant, TenantRef, parse_time, utcnow
 
 NAME = "check-ready"
 log = logging.getLogger(__name__)
@@ -57,11 +57,17 @@ def handle(
     else:
         log.info("vCluster is ready", extra={"release": names.release, "revision": release.revision})
         return events.make(events.READY, NAME, tenant.ref)
+    raise not_ready(tenant, waiting, settings, now or utcnow())
+
+
+def not_ready(tenant: Tenant, waiting: str, settings: Settings, now: datetime) -> TenantError:
+    """Ask again after the poll interval, or give up once the provision timeout has passed
+    (counted from ``lastSyncedAt``, which install sets on entering Provisioning)."""
     since = parse_time(tenant.status.last_synced_at)
-    elapsed = ((now or utcnow()) - since).total_seconds() if since else 0.0
+    elapsed = (now - since).total_seconds() if since else 0.0
     if elapsed > settings.provision_timeout_seconds:
-        raise PermanentError(f"not ready {elapsed:.0f}s after provisioning began: {waiting}")
-    raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
+        return PermanentError(f"not ready {elapsed:.0f}s after provisioning began: {waiting}")
+    return NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 
 
 def create_app() -> Flask:
