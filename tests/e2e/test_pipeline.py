@@ -13,6 +13,8 @@ import base64
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any, TypeVar
 
 import pytest
@@ -87,6 +89,11 @@ def phase_of(kube: Kube, name: str, phase: str) -> Tenant | None:
     if tenant is not None and tenant.status.phase is not None and tenant.status.phase.value == phase:
         return tenant
     return None
+
+
+def kubectl_as(pipeline: Stack, kubeconfig: Path, *args: str, input: str | None = None) -> CompletedProcess[str]:
+    """kubectl with the given identity, allowed to fail: for tests of what is refused."""
+    return run([str(pipeline.tools.kubectl), f"--kubeconfig={kubeconfig}", *args], input=input, check=False)
 
 
 def helm(pipeline: Stack, *args: str) -> Any:
@@ -259,11 +266,7 @@ def test_api_server_refuses_bad_tenants(pipeline: Stack, field: str, value: str,
         cpu=value if field == "cpu" else "1",
         memory=value if field == "memory" else "1Gi",
     )
-    result = run(
-        [str(pipeline.tools.kubectl), f"--kubeconfig={pipeline.admin_kubeconfig}", "apply", "-f", "-"],
-        input=manifest,
-        check=False,
-    )
+    result = kubectl_as(pipeline, pipeline.admin_kubeconfig, "apply", "-f", "-", input=manifest)
     assert result.returncode != 0
     assert complaint in result.stderr
     missing = pipeline.kubectl("get", "kt", "refused", "-n", TENANT_NAMESPACE, "--ignore-not-found")
@@ -275,20 +278,17 @@ def test_tenant_name_and_cloud_space_id_are_immutable(pipeline: Stack, alice: Te
         ({"spec": {"tenantName": "alice-renamed"}}, "tenantName is immutable"),
         ({"spec": {"cloudSpaceID": "4b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"}}, "cloudSpaceID is immutable"),
     ):
-        result = run(
-            [
-                str(pipeline.tools.kubectl),
-                f"--kubeconfig={pipeline.admin_kubeconfig}",
-                "patch",
-                "kt",
-                "alice-default",
-                "-n",
-                TENANT_NAMESPACE,
-                "--type=merge",
-                "-p",
-                json.dumps(patch),
-            ],
-            check=False,
+        result = kubectl_as(
+            pipeline,
+            pipeline.admin_kubeconfig,
+            "patch",
+            "kt",
+            "alice-default",
+            "-n",
+            TENANT_NAMESPACE,
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
         )
         assert result.returncode != 0 and message in result.stderr
 
@@ -342,16 +342,7 @@ def test_event_for_a_missing_or_replaced_tenant_is_acknowledged_and_ignored(
 
 def test_each_function_runs_as_its_own_service_account(pipeline: Stack) -> None:
     def can(service: str, *what: str) -> bool:
-        result = run(
-            [
-                str(pipeline.tools.kubectl),
-                f"--kubeconfig={pipeline.function_kubeconfigs[service]}",
-                "auth",
-                "can-i",
-                *what,
-            ],
-            check=False,
-        )
+        result = kubectl_as(pipeline, pipeline.function_kubeconfigs[service], "auth", "can-i", *what)
         return result.stdout.strip() == "yes"
 
     assert not can("tenant-check-ready", "create", "secrets", "-n", TENANT_NAMESPACE)
@@ -361,19 +352,16 @@ def test_each_function_runs_as_its_own_service_account(pipeline: Stack) -> None:
     assert not can("tenant-notify-api", "get", "secrets", "-n", TENANT_NAMESPACE)
     assert can("tenant-notify-api", "patch", "tenants", "--subresource=status", "-n", TENANT_NAMESPACE)
     assert not can("tenant-source", "patch", "tenants", "-n", TENANT_NAMESPACE)
-    write = run(
-        [
-            str(pipeline.tools.kubectl),
-            f"--kubeconfig={pipeline.function_kubeconfigs['tenant-check-ready']}",
-            "create",
-            "secret",
-            "generic",
-            "sneaky",
-            "-n",
-            TENANT_NAMESPACE,
-            "--from-literal=a=b",
-        ],
-        check=False,
+    write = kubectl_as(
+        pipeline,
+        pipeline.function_kubeconfigs["tenant-check-ready"],
+        "create",
+        "secret",
+        "generic",
+        "sneaky",
+        "-n",
+        TENANT_NAMESPACE,
+        "--from-literal=a=b",
     )
     assert write.returncode != 0 and "forbidden" in write.stderr.lower()
 
