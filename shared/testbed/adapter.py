@@ -59,9 +59,7 @@ class WatchedResource:
         return f"{self.group}/{self.version}, Resource={self.resource}"
 
     def to_json(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "gvr": {"Group": self.group, "Version": self.version, "Resource": self.resource}
-        }
+        entry: dict[str, Any] = {"gvr": {"Group": self.group, "Version": self.version, "Resource": self.resource}}
         if self.selector:
             entry["selector"] = self.selector
         return entry
@@ -167,9 +165,7 @@ class AdapterReadyProbe:
             for line in text.splitlines()
             if "Caches populated" in line and 'reflector="' in line
         }
-        for resource, namespaced_names in zip(
-            self.config.resources, self.config.reflector_names(), strict=True
-        ):
+        for resource, namespaced_names in zip(self.config.resources, self.config.reflector_names(), strict=True):
             cluster_wide = resource.gvr()
             if cluster_wide in populated:
                 continue

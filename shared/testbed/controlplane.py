@@ -77,9 +77,7 @@ class ControlPlane:
 
     def certificate_authority(self) -> pki.CertificateAuthority:
         """The CA that signed everything here (can issue more client certificates)."""
-        return pki.CertificateAuthority(
-            cert_pem=self.ca_file.read_bytes(), key_pem=self.ca_key_file.read_bytes()
-        )
+        return pki.CertificateAuthority(cert_pem=self.ca_file.read_bytes(), key_pem=self.ca_key_file.read_bytes())
 
 
 @contextlib.contextmanager
@@ -100,9 +98,7 @@ def start_control_plane(
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         sup = supervisor if supervisor is not None else stack.enter_context(Supervisor(workdir))
-        _ca, files = pki.write_control_plane_pki(
-            workdir / "pki", admin_user=ADMIN_USER, admin_groups=ADMIN_GROUPS
-        )
+        _ca, files = pki.write_control_plane_pki(workdir / "pki", admin_user=ADMIN_USER, admin_groups=ADMIN_GROUPS)
 
         etcd_port, peer_port = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
@@ -230,9 +226,7 @@ def write_kubeconfig(
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}
-        ],
+        "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}],
         "users": [{"name": user, "user": user_entry}],
         "contexts": [{"name": f"{user}@{CLUSTER_NAME}", "context": context}],
         "current-context": f"{user}@{CLUSTER_NAME}",

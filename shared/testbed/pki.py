@@ -69,9 +69,7 @@ class CertificateAuthority:
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, user))
         return self._issue(x509.Name(attributes), usage=ExtendedKeyUsageOID.CLIENT_AUTH, san=[])
 
-    def _issue(
-        self, subject: x509.Name, *, usage: x509.ObjectIdentifier, san: list[x509.GeneralName]
-    ) -> CertKey:
+    def _issue(self, subject: x509.Name, *, usage: x509.ObjectIdentifier, san: list[x509.GeneralName]) -> CertKey:
         ca_cert = x509.load_pem_x509_certificate(self.cert_pem)
         ca_key = serialization.load_pem_private_key(self.key_pem, password=None)
         if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
@@ -102,9 +100,7 @@ class CertificateAuthority:
                 critical=True,
             )
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-            )
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         )
         if san:
             builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
@@ -171,9 +167,7 @@ def new_ca(common_name: str = "kubeopera-testbed-ca") -> CertificateAuthority:
 def new_service_account_keys() -> ServiceAccountKeys:
     """A 2048-bit RSA key pair for ServiceAccount tokens."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return ServiceAccountKeys(private_pem=_key_pem(key), public_pem=public)
 
 

@@ -186,9 +186,7 @@ def warnings_silenced() -> Iterator[None]:
 class ManagedProcess:
     """One child process started by a :class:`Supervisor`, leader of its own process group."""
 
-    def __init__(
-        self, spec: ProcessSpec, popen: subprocess.Popen[bytes], log_path: Path, log_offset: int = 0
-    ) -> None:
+    def __init__(self, spec: ProcessSpec, popen: subprocess.Popen[bytes], log_path: Path, log_offset: int = 0) -> None:
         self.spec = spec
         self.name = spec.name
         self.popen = popen
@@ -236,9 +234,7 @@ class ManagedProcess:
                 try:
                     self.popen.wait(timeout=grace)
                 except subprocess.TimeoutExpired:
-                    log.warning(
-                        "%s (pid %d) ignored SIGTERM for %.0fs; killing it", self.name, self.pid, grace
-                    )
+                    log.warning("%s (pid %d) ignored SIGTERM for %.0fs; killing it", self.name, self.pid, grace)
                     _signal_group(self.pgid, signal.SIGKILL)
                     self.popen.wait(timeout=30)
             # Anything the leader forked and left in its group goes too.
@@ -459,13 +455,9 @@ def run(
     if env:
         full_env.update(env)
     try:
-        result = subprocess.run(
-            args, env=full_env, input=input, capture_output=True, text=True, timeout=timeout
-        )
+        result = subprocess.run(args, env=full_env, input=input, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         raise ProcessError(f"`{' '.join(args)}` did not finish within {timeout:.0f}s") from err
     if check and result.returncode != 0:
-        raise ProcessError(
-            f"`{' '.join(args)}` failed (exit {result.returncode}):\n{result.stderr.strip()[-4000:]}"
-        )
+        raise ProcessError(f"`{' '.join(args)}` failed (exit {result.returncode}):\n{result.stderr.strip()[-4000:]}")
     return result

@@ -104,9 +104,7 @@ def start_registry(
             ready_timeout=ready_timeout,
         )
         stack.callback(sup.stop, process)
-        yield Registry(
-            url=url, host=f"127.0.0.1:{port}", port=port, storage_dir=storage, config_file=config_file
-        )
+        yield Registry(url=url, host=f"127.0.0.1:{port}", port=port, storage_dir=storage, config_file=config_file)
 
 
 def push_chart(
