@@ -95,8 +95,3 @@ def make(event_type: str, function: str, ref: TenantRef, **extra: Any) -> CloudE
 def to_binary(event: BaseCloudEvent) -> tuple[dict[str, str], bytes]:
     message = ce_http.to_binary(event, _FORMAT)
     return dict(message.headers), message.body
-
-
-def to_structured(event: BaseCloudEvent) -> tuple[dict[str, str], bytes]:
-    message = ce_http.to_structured(event, _FORMAT)
-    return dict(message.headers), message.body

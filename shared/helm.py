@@ -94,10 +94,6 @@ class Helm:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
-    @property
-    def chart_version(self) -> str:
-        return self._chart_version
-
     def _release_lock(self, namespace: str, release: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(f"{namespace}/{release}", threading.Lock())
@@ -193,13 +189,6 @@ class Helm:
                 extra={"release": name, "namespace": namespace, "revision": state.revision, "status": state.status},
             )
             return state
-
-    def uninstall(self, name: str, namespace: str) -> None:
-        with self._release_lock(namespace, name):
-            try:
-                _run(self._client.uninstall_release(name, namespace=namespace, wait=False))
-            except helm_errors.Error as err:
-                raise _classify(f"helm uninstall {namespace}/{name}", err) from None
 
 
 def _state(name: str, namespace: str, revision: Any) -> ReleaseState:

@@ -147,15 +147,6 @@ class Kube:
             patch = {"metadata": {"labels": dict(labels)}}
             _call(f"label namespace {name}", lambda: self._core.patch_namespace(name, patch))
 
-    def namespace_exists(self, name: str) -> bool:
-        try:
-            _call(f"get namespace {name}", lambda: self._core.read_namespace(name))
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        return True
-
     # Secrets ------------------------------------------------------------------------------
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:

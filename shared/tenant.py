@@ -22,7 +22,6 @@ GROUP = "kubeopera.io"
 VERSION = "v1alpha1"
 PLURAL = "tenants"
 KIND = "Tenant"
-API_VERSION = f"{GROUP}/{VERSION}"
 
 # Condition types this project sets.
 COND_READY = "Ready"
@@ -144,7 +143,6 @@ class Tenant:
     spec: TenantSpec
     status: TenantStatus = field(default_factory=TenantStatus)
     deleting: bool = False
-    finalizers: tuple[str, ...] = ()
 
     @property
     def ref(self) -> TenantRef:
@@ -179,7 +177,6 @@ class Tenant:
             generation=int(meta.get("generation", 0) or 0),
             resource_version=str(meta.get("resourceVersion", "")),
             deleting=bool(meta.get("deletionTimestamp")),
-            finalizers=tuple(meta.get("finalizers") or ()),
             spec=tenant_spec,
             status=TenantStatus(
                 phase=phase,

@@ -84,14 +84,16 @@ class Stack:
     supervisor: Supervisor
     control_plane: cp_mod.ControlPlane | None
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        result = run(
-            [str(self.tools.kubectl), f"--kubeconfig={self.admin_kubeconfig}", *args], input=input, check=check
-        )
-        return result.stdout
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        """kubectl as admin; raises ``ProcessError`` with kubectl's stderr if it fails."""
+        return kubectl(self.tools, self.admin_kubeconfig, *args, input=input)
 
     def log_dir(self) -> Path:
         return self.supervisor.log_dir
+
+
+def kubectl(tools: Toolchain, kubeconfig: Path, *args: str, input: str | None = None) -> str:
+    return run([str(tools.kubectl), f"--kubeconfig={kubeconfig}", *args], input=input).stdout
 
 
 def project_path(*parts: str) -> Path:
@@ -130,12 +132,9 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 admin = options.kubeconfig
                 chart_ref = Settings.from_env().chart_ref
 
-            def kubectl(*args: str, input: str | None = None) -> str:
-                return run([str(tools.kubectl), f"--kubeconfig={admin}", *args], input=input).stdout
-
-            kubectl("apply", "-f", str(project_path("deploy", "crd")))
-            kubectl("apply", "-f", str(project_path("deploy", "base", "namespace.yaml")))
-            kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
+            kubectl(tools, admin, "apply", "-f", str(project_path("deploy", "crd")))
+            kubectl(tools, admin, "apply", "-f", str(project_path("deploy", "base", "namespace.yaml")))
+            kubectl(tools, admin, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
 
             kubeconfigs = _identities(tools, admin, control_plane, run_dir)
 
@@ -223,7 +222,7 @@ def _identities(
         project_path("eventing", "apiserversource-rbac.yaml"),
     ]
     for path in rbac:
-        run([str(tools.kubectl), f"--kubeconfig={admin}", "apply", "-f", str(path)])
+        kubectl(tools, admin, "apply", "-f", str(path))
     folder = run_dir / "identities"
     folder.mkdir(exist_ok=True)
     kubeconfigs = {}

@@ -96,6 +96,22 @@ def kubectl_as(pipeline: Stack, kubeconfig: Path, *args: str, input: str | None 
     return run([str(pipeline.tools.kubectl), f"--kubeconfig={kubeconfig}", *args], input=input, check=False)
 
 
+def patch_tenant(pipeline: Stack, name: str, patch: dict[str, Any]) -> CompletedProcess[str]:
+    """A merge patch of a Tenant as admin, allowed to fail."""
+    return kubectl_as(
+        pipeline,
+        pipeline.admin_kubeconfig,
+        "patch",
+        "kt",
+        name,
+        "-n",
+        TENANT_NAMESPACE,
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
+    )
+
+
 def helm(pipeline: Stack, *args: str) -> Any:
     out = run([str(pipeline.tools.helm), f"--kubeconfig={pipeline.admin_kubeconfig}", *args, "-o", "json"]).stdout
     return json.loads(out)
@@ -278,18 +294,7 @@ def test_tenant_name_and_cloud_space_id_are_immutable(pipeline: Stack, alice: Te
         ({"spec": {"tenantName": "alice-renamed"}}, "tenantName is immutable"),
         ({"spec": {"cloudSpaceID": "4b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"}}, "cloudSpaceID is immutable"),
     ):
-        result = kubectl_as(
-            pipeline,
-            pipeline.admin_kubeconfig,
-            "patch",
-            "kt",
-            "alice-default",
-            "-n",
-            TENANT_NAMESPACE,
-            "--type=merge",
-            "-p",
-            json.dumps(patch),
-        )
+        result = patch_tenant(pipeline, "alice-default", patch)
         assert result.returncode != 0 and message in result.stderr
 
 
@@ -406,16 +411,8 @@ def test_quota_change_upgrades_the_release_and_settles_ready_again(pipeline: Sta
     the new quota), the chain runs again, and the Tenant is Ready for generation 2."""
     assert pipeline.api is not None
     calls_before = len(pipeline.api.requests())
-    pipeline.kubectl(
-        "patch",
-        "kt",
-        "alice-default",
-        "-n",
-        TENANT_NAMESPACE,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"quota": {"cpu": "3", "memory": "6Gi"}}}),
-    )
+    patched = patch_tenant(pipeline, "alice-default", {"spec": {"quota": {"cpu": "3", "memory": "6Gi"}}})
+    assert patched.returncode == 0, patched.stderr
 
     def ready_at_generation_2() -> Tenant | None:
         tenant = phase_of(kube, "alice-default", "Ready")
