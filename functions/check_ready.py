@@ -2,13 +2,25 @@
 
 Takes ``io.kubeopera.tenant.provisioning``. Ready means: the helm release is ``deployed`` and
 Secret ``vc-{release}`` (written by vcluster) has key ``config``. Not yet: 503 with
-``Retry-After: 15``, so the broker asks again in 15 s (design.md section 4). A release that
-helm reports ``failed``, or a Tenant still not ready after ``PROVISION_TIMEOUT_SECONDS`` since
-it entered Provisioning, is a permanent failure. Replies ``io.kubeopera.tenant.ready``.
+``Retry-After: READY_POLL_SECONDS``, so the broker asks again after that long (design.md
+section 4). Replies ``io.kubeopera.tenant.ready``.
+
+When to give up is this function's decision alone, never the broker's (``poll_verdict``):
+
+- a release that helm reports ``failed`` fails the Tenant;
+- still not ready ``PROVISION_TIMEOUT_SECONDS`` after the Tenant entered Provisioning
+  (``lastSyncedAt``, set by install) fails it with reason ``ProvisionTimeout``;
+- the Trigger allows a fixed number of re-deliveries (``retry: 44``), which at a short poll would
+  run out before the timeout. So after ``RENEW_AFTER_POLLS`` polls of one event (counted from the
+  event's ``time``) check-ready answers with a fresh ``io.kubeopera.tenant.provisioning`` instead
+  of a 503: the broker delivers it at once, with a full retry budget. The timeout then holds
+  whatever the settings are, as long as ``READY_POLL_SECONDS`` is at most the Trigger's
+  ``retryAfterMax`` (15 s; ``shared.settings`` refuses more).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from datetime import datetime
 
@@ -16,7 +28,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared import events
-from shared.errors import NotReadyYet, PermanentError, TemporaryError, TenantError
+from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
 from shared.helm import FAILED, Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -28,6 +40,32 @@ from shared.tenant import Phase, Tenant, TenantRef, parse_time, utcnow
 
 NAME = "check-ready"
 log = logging.getLogger(__name__)
+
+# Well below the check-ready Trigger's `retry: 44`, so that extra re-deliveries (a 503 of the API
+# server answered with a shorter Retry-After) never exhaust the budget before a renewal.
+RENEW_AFTER_POLLS = 20
+
+
+class Poll(enum.Enum):
+    AGAIN = "again"  # 503 + Retry-After: the broker re-delivers this event
+    RENEW = "renew"  # reply a fresh event: a new retry budget
+
+
+def poll_verdict(
+    tenant: Tenant, waiting: str, settings: Settings, now: datetime, event_time: datetime | None
+) -> TenantError | Poll:
+    """What to answer while the vCluster is not ready: give up (an error to raise), ask again
+    after the poll interval (``Poll.AGAIN``), or renew the event (``Poll.RENEW``)."""
+    since = parse_time(tenant.status.last_synced_at)
+    elapsed = (now - since).total_seconds() if since else 0.0
+    if elapsed > settings.provision_timeout_seconds:
+        return ProvisionTimeout(
+            f"vCluster not ready {elapsed:.0f}s after provisioning began "
+            f"(PROVISION_TIMEOUT_SECONDS={settings.provision_timeout_seconds}): {waiting}"
+        )
+    if event_time is not None and (now - event_time).total_seconds() >= RENEW_AFTER_POLLS * settings.ready_poll_seconds:
+        return Poll.RENEW
+    return Poll.AGAIN
 
 
 def handle(
@@ -41,7 +79,7 @@ def handle(
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
-    if tenant.status.phase != Phase.PROVISIONING:
+    if tenant.status.phase != Phase.PROVISIONING or tenant.deleting:
         log.info("tenant is not Provisioning; nothing to check", extra={"phase": str(tenant.status.phase)})
         return None
     names = tenant.spec.names
@@ -57,17 +95,13 @@ def handle(
     else:
         log.info("vCluster is ready", extra={"release": names.release, "revision": release.revision})
         return events.make(events.READY, NAME, tenant.ref)
-    raise not_ready(tenant, waiting, settings, now or utcnow())
-
-
-def not_ready(tenant: Tenant, waiting: str, settings: Settings, now: datetime) -> TenantError:
-    """Ask again after the poll interval, or give up once the provision timeout has passed
-    (counted from ``lastSyncedAt``, which install sets on entering Provisioning)."""
-    since = parse_time(tenant.status.last_synced_at)
-    elapsed = (now - since).total_seconds() if since else 0.0
-    if elapsed > settings.provision_timeout_seconds:
-        return PermanentError(f"not ready {elapsed:.0f}s after provisioning began: {waiting}")
-    return NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
+    verdict = poll_verdict(tenant, waiting, settings, now or utcnow(), event.get_time())
+    if verdict == Poll.RENEW:
+        log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": waiting})
+        return events.make(events.PROVISIONING, NAME, tenant.ref)
+    if isinstance(verdict, TenantError):
+        raise verdict
+    raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 
 
 def create_app() -> Flask:

@@ -5,6 +5,10 @@ Every Trigger's ``deadLetterSink``. Knative sends the original event with extens
 ``knativeerrordata`` (their response body, base64, cut at 1024 characters). Our functions answer
 errors as ``{"error": message}``, so that message becomes the Tenant's ``status.message``.
 Nothing is changed for a Tenant that is gone, replaced, at a newer generation, or already Ready.
+
+Tenant updates go to two functions (install, and cleanup for a Tenant being deleted); which one
+gave up is named by ``knativeerrordest`` when it names a function's Service, and otherwise by
+the event: an update showing a deletion was cleanup's (install leaves those alone).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
+from functions.cleanup import shows_deletion
 from shared import events
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -36,6 +41,19 @@ STEP_FOR_TYPE = {
     events.READY: "tenant-store-kubeconfig",
     events.KUBECONFIG_STORED: "tenant-notify-api",
 }
+CLEANUP_STEP = "tenant-cleanup"
+STEPS = (*dict.fromkeys(STEP_FOR_TYPE.values()), CLEANUP_STEP)
+
+
+def failed_step(event: BaseCloudEvent) -> str:
+    """The function that gave up on ``event``."""
+    dest = str(event.get_extension("knativeerrordest") or "")
+    named = [step for step in STEPS if step in dest]
+    if named:
+        return named[0]
+    if event.get_type() in events.APISERVER_TYPES and shows_deletion(event):
+        return CLEANUP_STEP
+    return STEP_FOR_TYPE.get(event.get_type(), "its subscriber")
 
 
 def failure_reason(event: BaseCloudEvent) -> str:
@@ -54,8 +72,7 @@ def failure_reason(event: BaseCloudEvent) -> str:
         except ValueError:
             detail = ""
         detail = detail or text.strip()
-    step = STEP_FOR_TYPE.get(event.get_type(), "its subscriber")
-    reason = f"{event.get_type()} could not be delivered to {step}: last answer {code}"
+    reason = f"{event.get_type()} could not be delivered to {failed_step(event)}: last answer {code}"
     return f"{reason}: {detail}" if detail else reason
 
 
@@ -63,7 +80,7 @@ def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent 
     reason = failure_reason(event)
     dest = str(event.get_extension("knativeerrordest") or "")
     log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
-    mark_failed(kube, ref, reason, reason="DeliveryFailed")
+    mark_failed(kube, ref, reason, reason="CleanupFailed" if failed_step(event) == CLEANUP_STEP else "DeliveryFailed")
     return None
 
 

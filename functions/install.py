@@ -1,11 +1,20 @@
 """install: turn a Tenant's spec into a vCluster Helm release, then hand over to check-ready.
 
 Takes ``dev.knative.apiserver.resource.add`` / ``.update``. Re-reads the Tenant and leaves it
-alone when it is Failed (it waits for a patch to Pending), being deleted, or already
-provisioned for its current generation. Otherwise it creates namespace ``vcluster-{tenantName}``
-(labelled with the tenant), installs or upgrades release ``vc-{tenantName}`` with ``wait=False``
-(an existing release is upgraded, and not touched at all if it already has these values), sets
-phase Provisioning and replies ``io.kubeopera.tenant.provisioning``.
+alone when it is Failed (it waits for a patch to Pending), being deleted (cleanup's work), or
+already provisioned for its current generation. Otherwise, in this order:
+
+1. a Tenant seen for the first time is written as phase Pending;
+2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
+   always waits for cleanup;
+3. ownership (design.md section 1): an older Tenant asking for the same ``tenantName`` or
+   ``cloudSpaceID``, or a namespace or release that carries another owner (or none of ours),
+   fails this Tenant with a message naming the owner, and nothing of theirs is touched;
+4. namespace ``vcluster-{tenantName}`` is created with the owner labels (or, made by this very
+   Tenant before ownership labels existed, given them once);
+5. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
+   if it already has these values);
+6. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 """
 
 from __future__ import annotations
@@ -15,13 +24,13 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import events
+from shared import claims, events
 from shared.errors import TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
-from shared.naming import LABEL_MANAGED_BY, LABEL_TENANT_ID, LABEL_TENANT_NAME, MANAGED_BY
-from shared.reconcile import live_tenant, write_status
+from shared.ownership import Claim, namespace_labels
+from shared.reconcile import first_sight, live_tenant, write_status
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import (
@@ -50,26 +59,41 @@ def is_settled(tenant: Tenant) -> bool:
     )
 
 
-def handle(kube: Kube, helm: Helm, settings: Settings, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+def skip_reason(tenant: Tenant) -> str | None:
+    """Why install leaves this Tenant alone, or None if it has work to do."""
+    if tenant.deleting:
+        return "tenant is being deleted; cleanup's work"
+    if tenant.status.phase == Phase.FAILED:
+        return "tenant is Failed; it waits for its phase to be patched to Pending"
+    if is_settled(tenant):
+        return "tenant already provisioned for this generation"
+    return None
+
+
+def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
-    if tenant.deleting:
-        log.info("tenant is being deleted; nothing to install")
+    skip = skip_reason(tenant)
+    if skip is not None:
+        log.info(skip)
         return None
-    if tenant.status.phase == Phase.FAILED:
-        log.info("tenant is Failed; it waits for its phase to be patched to Pending")
-        return None
-    if is_settled(tenant):
-        log.info("tenant already provisioned for this generation")
-        return None
+    tenant = first_sight(kube, tenant)
+    if not tenant.has_finalizer:
+        tenant = kube.set_finalizer(tenant, present=True)
+    claims.check_rivals(kube, tenant)
     names = tenant.spec.names
-    kube.ensure_namespace(
-        names.namespace,
-        {LABEL_TENANT_NAME: tenant.name, LABEL_TENANT_ID: names.cloud_space_id, LABEL_MANAGED_BY: MANAGED_BY},
-    )
+    namespace = claims.namespace_verdict(kube, tenant)
+    if namespace.claim == Claim.FREE and not kube.create_namespace(names.namespace, namespace_labels(tenant)):
+        namespace = claims.namespace_verdict(kube, tenant)  # made by someone else just now: judge it
+    if namespace.claim == Claim.ADOPT:
+        kube.label_namespace(names.namespace, namespace_labels(tenant))
+        log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
     release = helm.install_or_upgrade(
-        names.release, names.namespace, vcluster_values(tenant.spec, settings.environment)
+        names.release,
+        names.namespace,
+        vcluster_values(tenant, settings.environment),
+        guard=claims.release_guard(kube, tenant),
     )
     message = f"helm release {names.release} revision {release.revision} is {release.status}; waiting for the vCluster"
     write_status(
@@ -109,7 +133,7 @@ def create_app() -> Flask:
         Step(
             name=NAME,
             accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE}),
-            handle=lambda event, ref: handle(rt.kube, helm, rt.settings, event, ref),
+            handle=lambda event, ref: handle(rt.kube, helm, rt.settings, ref),
             on_permanent=rt.mark_failed,
             ready=chart_ready,
         )

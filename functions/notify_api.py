@@ -17,7 +17,7 @@ from flask import Flask
 from shared import events, logs
 from shared.http import Step, function_app
 from shared.kube import Kube
-from shared.kubeopera_api import CloudSpaceActive, KubeoperaApi
+from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
 from shared.reconcile import live_tenant, write_status
 from shared.runtime import Runtime
 from shared.tenant import (
@@ -36,19 +36,19 @@ NAME = "notify-api"
 log = logging.getLogger(__name__)
 
 
-def handle(kube: Kube, api: KubeoperaApi, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+def handle(kube: Kube, api: KubeoperaApi, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
-    if tenant.status.phase == Phase.READY and tenant.status.observed_generation == tenant.generation:
+    if tenant.ready_at_generation():
         log.info("tenant already Ready for this generation; kubeopera-api was told before")
         return None
-    if tenant.status.phase != Phase.PROVISIONING:
+    if tenant.status.phase != Phase.PROVISIONING or tenant.deleting:
         log.info("tenant is not Provisioning; nothing to announce")
         return None
     names = tenant.spec.names
-    result = api.report_active(
-        CloudSpaceActive(
+    result = api.report(
+        CloudSpaceUpdate(
             cloud_space_id=names.cloud_space_id,
             vcluster_id=names.release,
             namespace=names.namespace,
@@ -88,16 +88,12 @@ def handle(kube: Kube, api: KubeoperaApi, event: BaseCloudEvent, ref: TenantRef)
 
 def create_app() -> Flask:
     rt = Runtime.start(NAME)
-    api = KubeoperaApi(
-        rt.settings.kubeopera_api_base_url,
-        rt.settings.internal_service_token,
-        rt.settings.callback_timeout_seconds,
-    )
+    api = rt.kubeopera_api()
     return function_app(
         Step(
             name=NAME,
             accepts=frozenset({events.KUBECONFIG_STORED}),
-            handle=lambda event, ref: handle(rt.kube, api, event, ref),
+            handle=lambda event, ref: handle(rt.kube, api, ref),
             on_permanent=rt.mark_failed,
         )
     )

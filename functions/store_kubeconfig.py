@@ -2,9 +2,15 @@
 
 Takes ``io.kubeopera.tenant.ready``. Reads key ``config`` of Secret ``vc-{release}`` in the
 vCluster namespace and creates or updates Secret ``tenant-{cloudSpaceID}-kubeconfig`` in the
-Tenant namespace (key ``kubeconfig``, labels ``kubeopera.io/tenant-id`` and
-``kubeopera.io/managed-by=tenant-controller``); an identical Secret is left untouched. Replies
-``io.kubeopera.tenant.kubeconfig.stored`` with the Secret's name, never its content.
+Tenant namespace (key ``kubeconfig``, labels ``kubeopera.io/tenant-id``,
+``kubeopera.io/managed-by=tenant-controller`` and the owner labels); an identical Secret is left
+untouched. Replies ``io.kubeopera.tenant.kubeconfig.stored`` with the Secret's name, never its
+content.
+
+Ownership, both ways (design.md section 1): the kubeconfig is copied only from a namespace that
+carries this Tenant's uid, and only into a Secret that is free or this Tenant's. Another owner's
+Secret (two Tenants with one ``cloudSpaceID``) fails this Tenant with the owner's name, and not
+one byte of it changes.
 """
 
 from __future__ import annotations
@@ -14,17 +20,12 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import events
+from shared import claims, events
 from shared.errors import TemporaryError
 from shared.http import Step, function_app
 from shared.kube import Kube
-from shared.naming import (
-    KUBECONFIG_KEY,
-    LABEL_MANAGED_BY,
-    LABEL_TENANT_ID,
-    MANAGED_BY,
-    VCLUSTER_CONFIG_KEY,
-)
+from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.ownership import judge, legacy_secret_labels, secret_labels
 from shared.reconcile import live_tenant
 from shared.runtime import Runtime
 from shared.settings import Settings
@@ -34,24 +35,32 @@ NAME = "store-kubeconfig"
 log = logging.getLogger(__name__)
 
 
-def handle(kube: Kube, settings: Settings, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+def handle(kube: Kube, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
-    if tenant.status.phase not in (Phase.PROVISIONING, Phase.READY):
+    if tenant.status.phase not in (Phase.PROVISIONING, Phase.READY) or tenant.deleting:
         log.info("tenant is neither Provisioning nor Ready; nothing to store")
         return None
     names = tenant.spec.names
+    claims.namespace_verdict(kube, tenant)  # refuses a namespace that is not this Tenant's
     config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     if config is None:
         raise TemporaryError(f"Secret {names.namespace}/{names.vcluster_secret} has no key {VCLUSTER_CONFIG_KEY!r}")
-    changed = kube.upsert_secret(
-        settings.tenant_namespace,
-        names.kubeconfig_secret,
-        {KUBECONFIG_KEY: config},
-        {LABEL_TENANT_ID: names.cloud_space_id, LABEL_MANAGED_BY: MANAGED_BY},
+    namespace = settings.tenant_namespace
+    current = kube.get_secret(namespace, names.kubeconfig_secret)
+    verdict = judge(None if current is None else current.labels, tenant, legacy_secret_labels(tenant))
+    claims.require(kube, tenant, verdict, claims.secret_thing(tenant, namespace), "cloudSpaceID", names.cloud_space_id)
+    labels = secret_labels(tenant)
+    data = {KUBECONFIG_KEY: config}
+    unchanged = (
+        current is not None and current.data == data and all(current.labels.get(k) == v for k, v in labels.items())
     )
-    log.info("kubeconfig stored", extra={"secret": names.kubeconfig_secret, "changed": changed})
+    if not unchanged:
+        kube.write_secret(
+            namespace, names.kubeconfig_secret, data, labels, None if current is None else current.resource_version
+        )
+    log.info("kubeconfig stored", extra={"secret": names.kubeconfig_secret, "changed": not unchanged})
     return events.make(events.KUBECONFIG_STORED, NAME, tenant.ref, kubeconfigSecret=names.kubeconfig_secret)
 
 
@@ -61,7 +70,7 @@ def create_app() -> Flask:
         Step(
             name=NAME,
             accepts=frozenset({events.READY}),
-            handle=lambda event, ref: handle(rt.kube, rt.settings, event, ref),
+            handle=lambda event, ref: handle(rt.kube, rt.settings, ref),
             on_permanent=rt.mark_failed,
         )
     )

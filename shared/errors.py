@@ -38,9 +38,32 @@ class Conflict(TemporaryError):
 
 
 class PermanentError(TenantError):
-    """Will never succeed as things are: mark the Tenant Failed and do not retry."""
+    """Will never succeed as things are: mark the Tenant Failed and do not retry.
+
+    ``reason`` becomes the ``Ready`` condition's reason and the Kubernetes Event's reason.
+    """
 
     http_status = 422
+    reason = "ProvisioningFailed"
+
+
+class OwnershipConflict(PermanentError):
+    """What this Tenant needs (its namespace, release or kubeconfig Secret) belongs to someone
+    else: another Tenant, a Tenant that is gone, or nobody we know of. Nothing of it is touched."""
+
+    reason = "OwnershipConflict"
+
+
+class ProvisionTimeout(PermanentError):
+    """The vCluster was not ready within ``PROVISION_TIMEOUT_SECONDS``."""
+
+    reason = "ProvisionTimeout"
+
+
+class TenantGone(TenantError):
+    """The Tenant disappeared while a step worked on it; there is nothing left to do."""
+
+    http_status = 204
 
 
 class BadEvent(TenantError):

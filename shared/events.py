@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from cloudevents.core.base import BaseCloudEvent
@@ -27,7 +28,6 @@ APISERVER_DELETE: Final = "dev.knative.apiserver.resource.delete"
 PROVISIONING: Final = "io.kubeopera.tenant.provisioning"
 READY: Final = "io.kubeopera.tenant.ready"
 KUBECONFIG_STORED: Final = "io.kubeopera.tenant.kubeconfig.stored"
-RESYNC: Final = "io.kubeopera.tenant.resync"
 
 APISERVER_TYPES: Final = frozenset({APISERVER_ADD, APISERVER_UPDATE, APISERVER_DELETE})
 SOURCE_PREFIX: Final = "/kubeopera/tenants/"
@@ -86,6 +86,7 @@ def make(event_type: str, function: str, ref: TenantRef, **extra: Any) -> CloudE
             "type": event_type,
             "source": f"{SOURCE_PREFIX}{function}",
             "subject": ref.key,
+            "time": datetime.now(UTC),
             "datacontenttype": "application/json",
         },
         data=ref_data(ref) | extra,

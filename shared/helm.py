@@ -20,7 +20,7 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,8 @@ from shared.errors import PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Sees a release's current values (None: no release) and raises to refuse touching it.
+Guard = Callable[[Mapping[str, Any] | None], None] | None
 
 DEPLOYED = "deployed"
 FAILED = "failed"
@@ -145,12 +147,18 @@ class Helm:
         except helm_errors.Error as err:
             raise _classify(f"helm get values {namespace}/{name}", err) from None
 
-    async def _unchanged(self, name: str, namespace: str, values: Mapping[str, Any]) -> ReleaseState | None:
-        """The current state if the release already runs the pinned chart with ``values``."""
+    async def _current(self, name: str, namespace: str) -> tuple[Any, dict[str, Any]] | None:
+        """The current revision and its user-supplied values, or None if there is no release."""
         try:
             revision = await self._client.get_current_revision(name, namespace=namespace)
         except helm_errors.ReleaseNotFoundError:
             return None
+        return revision, dict(await revision.values() or {})
+
+    async def _unchanged(
+        self, name: str, namespace: str, revision: Any, current: Mapping[str, Any], values: Mapping[str, Any]
+    ) -> ReleaseState | None:
+        """The current state if the release already runs the pinned chart with ``values``."""
         state = _state(name, namespace, revision)
         if state.pending:
             raise TemporaryError(
@@ -162,33 +170,58 @@ class Helm:
         metadata = await revision.chart_metadata()
         if str(metadata.version) != self._chart_version:
             return None
-        current = await revision.values()
-        return replace(state, chart_version=str(metadata.version)) if _same(current or {}, values) else None
+        return replace(state, chart_version=str(metadata.version)) if _same(current, values) else None
 
-    def install_or_upgrade(self, name: str, namespace: str, values: Mapping[str, Any]) -> ReleaseState:
-        """Make the release run the pinned chart with ``values``; no new revision if it already does."""
+    def install_or_upgrade(
+        self, name: str, namespace: str, values: Mapping[str, Any], guard: Guard = None
+    ) -> ReleaseState:
+        """Make the release run the pinned chart with ``values``; no new revision if it already does.
+
+        ``guard`` sees the values of the release as it is (None: there is none) before anything
+        is changed, and raises to refuse (the ownership check); it runs under the release lock.
+        """
         with self._release_lock(namespace, name):
+            what = f"helm upgrade --install {namespace}/{name}"
             try:
-                unchanged = _run(self._unchanged(name, namespace, values))
-            except helm_errors.Error as err:
-                raise _classify(f"helm status {namespace}/{name}", err) from None
-            if unchanged is not None:
-                return unchanged
-            chart = self.chart()
-            try:
+                found = _run(self._current(name, namespace))
+                if guard is not None:
+                    guard(None if found is None else found[1])
+                if found is not None:
+                    unchanged = _run(self._unchanged(name, namespace, found[0], found[1], values))
+                    if unchanged is not None:
+                        return unchanged
+                chart = self.chart()
                 revision = _run(
                     self._client.install_or_upgrade_release(
                         name, chart, dict(values), namespace=namespace, create_namespace=False, wait=False
                     )
                 )
             except helm_errors.Error as err:
-                raise _classify(f"helm upgrade --install {namespace}/{name}", err) from None
+                raise _classify(what, err) from None
             state = replace(_state(name, namespace, revision), chart_version=self._chart_version)
             log.info(
                 "release installed",
                 extra={"release": name, "namespace": namespace, "revision": state.revision, "status": state.status},
             )
             return state
+
+    def uninstall(self, name: str, namespace: str, guard: Guard = None) -> bool:
+        """``helm uninstall`` (without waiting); False if there was no release. ``guard`` as for
+        ``install_or_upgrade``: it sees the current values and may refuse."""
+        with self._release_lock(namespace, name):
+            try:
+                found = _run(self._current(name, namespace))
+                if found is None:
+                    return False
+                if guard is not None:
+                    guard(found[1])
+                _run(self._client.uninstall_release(name, namespace=namespace, wait=False))
+            except helm_errors.ReleaseNotFoundError:
+                return False
+            except helm_errors.Error as err:
+                raise _classify(f"helm uninstall {namespace}/{name}", err) from None
+            log.info("release uninstalled", extra={"release": name, "namespace": namespace})
+            return True
 
 
 def _state(name: str, namespace: str, revision: Any) -> ReleaseState:

@@ -7,12 +7,16 @@ Knative (or the local broker) delivers to:
 outcome                    status  broker does
 =========================  ======  ==========================================================
 reply event                200     puts the reply (binary mode) back into the broker
-nothing to do / done       204     ends the delivery
+nothing to do / done       204     ends the delivery (also: the Tenant vanished mid-step)
 ``BadEvent``               400     dead-letters it (no retry); nothing was changed
 ``PermanentError``         422     dead-letters it; the Tenant was marked Failed first
 ``TemporaryError``         503     re-delivers, after ``Retry-After`` when the error names one
 anything unexpected        500     re-delivers (with the Trigger's backoff)
 =========================  ======  ==========================================================
+
+Nothing escapes this mapping: an error while marking the Tenant Failed (a 403 on the status
+write, an unexpected exception) still gets a JSON answer (503 when marking may work later, 422
+otherwise, 500 for a bug), and every delivery is counted in the metrics, whatever happened.
 
 A ``Conflict`` (someone wrote the Tenant first) re-runs the step on fresh data up to three times
 before it is answered as temporary. Bodies larger than 1 MiB are refused with 413. Error bodies
@@ -34,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from shared import events, logs
-from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError
+from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone
 from shared.metrics import RECONCILE_ERRORS, RECONCILE_TIME, RECONCILE_TOTAL
 from shared.tenant import TenantRef
 
@@ -57,7 +61,7 @@ class Step:
     name: str
     accepts: frozenset[str]
     handle: Handle
-    on_permanent: Callable[[TenantRef, PermanentError], None]
+    on_permanent: Callable[[TenantRef, PermanentError], object]
     ready: Callable[[], bool] = field(default=_always_ready)
 
 
@@ -94,14 +98,20 @@ def function_app(step: Step) -> Flask:
     @app.post("/")
     def receive() -> Response:
         started = time.monotonic()
+        result = "error"
         traceparent = request.headers.get("traceparent", "")
-        with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
-            response, result = _deliver(step)
-        RECONCILE_TOTAL.labels(step.name, result).inc()
-        if result == "error":
-            RECONCILE_ERRORS.labels(step.name).inc()
-        RECONCILE_TIME.labels(step.name).observe(time.monotonic() - started)
-        return response
+        try:
+            with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
+                response, result = _deliver(step)
+            return response
+        except Exception:  # _deliver maps everything; this is the last line of defence
+            log.exception("unexpected failure outside the error mapping")
+            return _error(500, "internal error; see the function's logs")
+        finally:
+            RECONCILE_TOTAL.labels(step.name, result).inc()
+            if result == "error":
+                RECONCILE_ERRORS.labels(step.name).inc()
+            RECONCILE_TIME.labels(step.name).observe(time.monotonic() - started)
 
     return app
 
@@ -129,14 +139,15 @@ def _deliver(step: Step) -> tuple[Response, str]:
     except BadEvent as err:
         log.warning("bad event refused", extra={"error": str(err)})
         return _error(400, str(err)), "error"
+    except TenantGone as err:
+        log.info("tenant vanished while the step ran; nothing left to do", extra={"error": str(err)})
+        return Response(status=204), "success"
     except PermanentError as err:
-        log.error("permanent failure", extra={"error": str(err)})
+        log.error("permanent failure", extra={"error": str(err), "reason": err.reason})
         if ref is not None:
-            try:
-                with logs.bind(tenant=ref.key):
-                    step.on_permanent(ref, err)
-            except TemporaryError as marking:
-                return _error(503, f"{err} (and marking the tenant Failed failed: {marking})", 5), "error"
+            marking = _mark_failed(step, ref, err)
+            if marking is not None:
+                return marking, "error"
         return _error(422, str(err)), "error"
     except TemporaryError as err:
         log.info(
@@ -146,6 +157,23 @@ def _deliver(step: Step) -> tuple[Response, str]:
     except Exception:
         log.exception("unexpected failure")
         return _error(500, "internal error; see the function's logs"), "error"
+
+
+def _mark_failed(step: Step, ref: TenantRef, err: PermanentError) -> Response | None:
+    """Mark the Tenant Failed; an answer other than 422 if that did not work."""
+    try:
+        with logs.bind(tenant=ref.key):
+            step.on_permanent(ref, err)
+    except TemporaryError as marking:
+        return _error(503, f"{err} (and marking the tenant Failed failed: {marking})", 5)
+    except TenantGone:
+        return None
+    except PermanentError as marking:  # e.g. 403: the dead-letter sink gets the 422 and tries
+        log.error("could not mark the tenant Failed", extra={"error": str(marking)})
+    except Exception:
+        log.exception("unexpected failure while marking the tenant Failed")
+        return _error(500, f"{err} (and marking the tenant Failed failed; see the function's logs)")
+    return None
 
 
 def _run(step: Step, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:

@@ -10,10 +10,13 @@ in an error message or a log line.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
+import socket
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,11 +25,38 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from shared.errors import Conflict, PermanentError, TemporaryError
-from shared.tenant import GROUP, PLURAL, VERSION, StatusUpdate, Tenant
+from shared.errors import Conflict, PermanentError, TemporaryError, TenantGone
+from shared.tenant import (
+    API_VERSION,
+    FINALIZER,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    StatusUpdate,
+    Tenant,
+    TenantEvent,
+    rfc3339,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class NamespaceInfo:
+    labels: Mapping[str, str]
+    terminating: bool
+
+
+@dataclass(frozen=True)
+class StoredSecret:
+    """A Secret as read: its labels, its decoded data (never printed) and its version."""
+
+    labels: Mapping[str, str]
+    data: Mapping[str, bytes] = field(repr=False)
+    resource_version: str
 
 
 def _api_message(err: ApiException) -> str:
@@ -59,15 +89,16 @@ def _call(what: str, fn: Callable[[], T]) -> T:
 class Kube:
     """Typed operations on Tenants, Namespaces and Secrets."""
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, component: str = "kubeopera-tenants") -> None:
         self._api = api_client
+        self._component = component  # who reports the Events it records
         # The client's generated types are loose (objects and optionals everywhere); the adapter
         # treats answers as Any and converts them to this project's values right here.
         self._core: Any = k8s.CoreV1Api(api_client)
         self._custom: Any = k8s.CustomObjectsApi(api_client)
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None = None) -> Kube:
+    def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Kube:
         """In-cluster credentials inside a pod; otherwise ``kubeconfig`` or ``$KUBECONFIG``."""
         configuration = k8s.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -76,7 +107,7 @@ class Kube:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
             )
-        return cls(k8s.ApiClient(configuration))
+        return cls(k8s.ApiClient(configuration), component)
 
     def close(self) -> None:
         self._api.close()  # type: ignore[no-untyped-call]
@@ -100,6 +131,17 @@ class Kube:
                 return None
             raise
 
+    def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
+        """Tenants in ``namespace`` matching a field selector on the CRD's selectable fields
+        (``spec.tenantName``, ``spec.cloudSpaceID``)."""
+        result = _call(
+            f"list tenants {field_selector}",
+            lambda: self._custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, field_selector=field_selector
+            ),
+        )
+        return [Tenant.from_object(item) for item in result.get("items", [])]
+
     def list_tenant_objects(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace:
             result = _call(
@@ -120,32 +162,116 @@ class Kube:
         )
 
     def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant:
-        """Apply ``update`` to the version of ``tenant`` we read; ``Conflict`` if it moved on."""
+        """Apply ``update`` to the version of ``tenant`` we read; ``Conflict`` if it moved on,
+        ``TenantGone`` if it was deleted meanwhile."""
         body = update.patch_for(tenant)
-        obj = _call(
-            f"patch tenant {tenant.namespace}/{tenant.name} status",
-            lambda: self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, tenant.namespace, PLURAL, tenant.name, body
+        obj = _gone_is_gone(
+            tenant,
+            lambda: _call(
+                f"patch tenant {tenant.key} status",
+                lambda: self._custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, tenant.namespace, PLURAL, tenant.name, body
+                ),
             ),
         )
         return Tenant.from_object(obj)
 
+    def set_finalizer(self, tenant: Tenant, present: bool) -> Tenant:
+        """Add or remove this project's finalizer on the version of ``tenant`` we read."""
+        others = [f for f in tenant.finalizers if f != FINALIZER]
+        finalizers = [*others, FINALIZER] if present else others
+        body = {"metadata": {"resourceVersion": tenant.resource_version, "finalizers": finalizers}}
+        verb = "add" if present else "remove"
+        obj = _gone_is_gone(
+            tenant,
+            lambda: _call(
+                f"{verb} finalizer on tenant {tenant.key}",
+                lambda: self._custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, tenant.namespace, PLURAL, tenant.name, body
+                ),
+            ),
+        )
+        return Tenant.from_object(obj)
+
+    # Events -------------------------------------------------------------------------------
+
+    def record_event(self, tenant: Tenant, event: TenantEvent) -> None:
+        """A Kubernetes Event on the Tenant (``kubectl describe kt`` shows it). The same reason
+        and message again folds into the first one's ``count``, as kubelet's events do. Never
+        raises: an Event is worth a warning in the log, not a failed delivery."""
+        digest = hashlib.sha256(f"{tenant.uid}/{event.reason}/{event.message}".encode()).hexdigest()[:16]
+        name = f"{tenant.name}.{digest}"
+        now = rfc3339(utcnow())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": tenant.namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "namespace": tenant.namespace,
+                "name": tenant.name,
+                "uid": tenant.uid,
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self._component},
+            "reportingComponent": f"kubeopera.io/{self._component}",
+            "reportingInstance": socket.gethostname()[:128],
+        }
+        try:
+            try:
+                _call(f"create event {name}", lambda: self._core.create_namespaced_event(tenant.namespace, body))
+                return
+            except Conflict:
+                pass
+            current = _call(f"get event {name}", lambda: self._core.read_namespaced_event(name, tenant.namespace))
+            patch = {
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "count": int(current.count or 1) + 1,
+                "lastTimestamp": now,
+            }
+            _call(f"patch event {name}", lambda: self._core.patch_namespaced_event(name, tenant.namespace, patch))
+        except (TemporaryError, PermanentError, ApiException) as err:
+            log.warning("could not record a Kubernetes Event", extra={"reason": event.reason, "error": str(err)})
+
     # Namespaces ---------------------------------------------------------------------------
 
-    def ensure_namespace(self, name: str, labels: Mapping[str, str]) -> None:
-        """Create the namespace, or add missing labels to the one that exists."""
+    def get_namespace(self, name: str) -> NamespaceInfo | None:
+        """The namespace's labels and whether it is being deleted, or None if there is none."""
+        try:
+            current = _call(f"get namespace {name}", lambda: self._core.read_namespace(name))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return NamespaceInfo(dict(current.metadata.labels or {}), current.metadata.deletion_timestamp is not None)
+
+    def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Create the namespace with ``labels``; False if it exists already (then nothing changed)."""
         body = k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name, labels=dict(labels)))
         try:
             _call(f"create namespace {name}", lambda: self._core.create_namespace(body))
-            log.info("namespace created", extra={"namespace": name})
-            return
         except Conflict:
-            pass
-        current = _call(f"get namespace {name}", lambda: self._core.read_namespace(name))
-        have = current.metadata.labels or {}
-        if any(have.get(k) != v for k, v in labels.items()):
-            patch = {"metadata": {"labels": dict(labels)}}
-            _call(f"label namespace {name}", lambda: self._core.patch_namespace(name, patch))
+            return False
+        log.info("namespace created", extra={"namespace": name})
+        return True
+
+    def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        patch = {"metadata": {"labels": dict(labels)}}
+        _call(f"label namespace {name}", lambda: self._core.patch_namespace(name, patch))
+
+    def delete_namespace(self, name: str) -> None:
+        """Start the namespace's deletion (its objects and PVCs go with it); absent is fine."""
+        try:
+            _call(f"delete namespace {name}", lambda: self._core.delete_namespace(name))
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
     # Secrets ------------------------------------------------------------------------------
 
@@ -160,34 +286,68 @@ class Kube:
         encoded = (secret.data or {}).get(key)
         return base64.b64decode(encoded) if encoded else None
 
-    def list_secrets(self, label_selector: str) -> list[tuple[str, str, dict[str, str]]]:
-        """(namespace, name, labels) of every Secret matching the selector, in all namespaces."""
+    def list_secrets(self, label_selector: str) -> list[tuple[str, str, str, dict[str, str]]]:
+        """(namespace, name, uid, labels) of every Secret matching the selector, in all namespaces."""
         result = _call(
             f"list secrets {label_selector}",
             lambda: self._core.list_secret_for_all_namespaces(label_selector=label_selector),
         )
-        return [(i.metadata.namespace, i.metadata.name, dict(i.metadata.labels or {})) for i in result.items]
+        return [
+            (i.metadata.namespace, i.metadata.name, i.metadata.uid, dict(i.metadata.labels or {})) for i in result.items
+        ]
 
-    def upsert_secret(self, namespace: str, name: str, data: Mapping[str, bytes], labels: Mapping[str, str]) -> bool:
-        """Create or update an Opaque Secret; return False when it already held exactly this."""
+    def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
+        try:
+            secret = _call(f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return StoredSecret(
+            labels=dict(secret.metadata.labels or {}),
+            data={k: base64.b64decode(v) for k, v in (secret.data or {}).items()},
+            resource_version=str(secret.metadata.resource_version),
+        )
+
+    def write_secret(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, bytes],
+        labels: Mapping[str, str],
+        resource_version: str | None,
+    ) -> None:
+        """Create the Opaque Secret (``resource_version`` None) or replace the version we read;
+        ``Conflict`` if it was created or changed meanwhile."""
         encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
-        meta = k8s.V1ObjectMeta(name=name, namespace=namespace, labels=dict(labels))
+        meta = k8s.V1ObjectMeta(name=name, namespace=namespace, labels=dict(labels), resource_version=resource_version)
         body: Any = k8s.V1Secret(metadata=meta, type="Opaque", data=dict(encoded))
+        if resource_version is None:
+            _call(f"create secret {namespace}/{name}", lambda: self._core.create_namespaced_secret(namespace, body))
+        else:
+            _call(
+                f"replace secret {namespace}/{name}",
+                lambda: self._core.replace_namespaced_secret(name, namespace, body),
+            )
+
+    def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
+        """Delete the version of the Secret we read; absent is fine, changed is ``Conflict``."""
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
         try:
             _call(
-                f"create secret {namespace}/{name}",
-                lambda: self._core.create_namespaced_secret(namespace, body),
+                f"delete secret {namespace}/{name}",
+                lambda: self._core.delete_namespaced_secret(name, namespace, body=options),
             )
-            return True
-        except Conflict:
-            pass
-        current = _call(f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace))
-        current_labels = current.metadata.labels or {}
-        if (current.data or {}) == encoded and all(current_labels.get(k) == v for k, v in labels.items()):
-            return False
-        meta.resource_version = current.metadata.resource_version
-        _call(
-            f"replace secret {namespace}/{name}",
-            lambda: self._core.replace_namespaced_secret(name, namespace, body),
-        )
-        return True
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def _gone_is_gone(tenant: Tenant, write: Callable[[], T]) -> T:
+    """A write to a Tenant that was deleted meanwhile (404) means there is nothing left to do."""
+    try:
+        return write()
+    except ApiException as err:
+        if err.status == 404:
+            raise TenantGone(f"tenant {tenant.key} was deleted meanwhile") from None
+        raise

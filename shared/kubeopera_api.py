@@ -1,6 +1,9 @@
 """The kubeopera-api callback client: ``PATCH /api/v1/cloudspaces/{id}``.
 
-The body is exactly the original operator's (spec: kubeopera-api Callback). The call is
+The body is exactly the original operator's (spec: kubeopera-api Callback) with ``status``
+``active`` once the vCluster is ready; the original had no call for a deletion, and cleanup sends
+the same body with ``status: deleted`` once the vCluster is gone (README, "kubeopera-api"). The
+call is
 non-fatal: it never raises; it returns a ``CallbackResult`` saying whether kubeopera-api took it,
 and why not. A refused connection is retried briefly (tenacity); a timeout or an error answer is
 not, because the Tenant must not wait on another team's service. The bearer token is never
@@ -25,20 +28,21 @@ class CallbackResult:
 
 
 @dataclass(frozen=True)
-class CloudSpaceActive:
-    """What kubeopera-api is told once the vCluster is ready."""
+class CloudSpaceUpdate:
+    """What kubeopera-api is told: the vCluster is ready (``active``) or gone (``deleted``)."""
 
     cloud_space_id: str
     vcluster_id: str
     namespace: str
     kubeconfig_secret: str
+    status: str = "active"
 
     def body(self) -> dict[str, str]:
         return {
             "vcluster_id": self.vcluster_id,
             "namespace": self.namespace,
             "kubeconfig_secret": self.kubeconfig_secret,
-            "status": "active",
+            "status": self.status,
         }
 
 
@@ -49,7 +53,7 @@ class KubeoperaApi:
         self._timeout = timeout
         self._session = requests.Session()
 
-    def report_active(self, update: CloudSpaceActive, traceparent: str = "") -> CallbackResult:
+    def report(self, update: CloudSpaceUpdate, traceparent: str = "") -> CallbackResult:
         url = f"{self._base_url}/api/v1/cloudspaces/{update.cloud_space_id}"
         headers = {"Content-Type": "application/json"}
         if self._token:

@@ -20,6 +20,11 @@ _TENANT_NAME = re.compile(TENANT_NAME_PATTERN)
 RELEASE_NAME_MAX = 53
 
 LABEL_TENANT_ID = "kubeopera.io/tenant-id"
+# Ownership (design.md section 1): which Tenant object, by uid, caused a namespace, release or
+# Secret. Set when the object is made; nothing carrying another owner is ever touched.
+LABEL_OWNER_UID = "kubeopera.io/owner-uid"
+LABEL_OWNER_NAMESPACE = "kubeopera.io/owner-namespace"
+LABEL_OWNER_NAME = "kubeopera.io/owner-name"
 LABEL_MANAGED_BY = "kubeopera.io/managed-by"
 LABEL_TENANT_NAME = "kubeopera.io/tenant"
 MANAGED_BY = "tenant-controller"

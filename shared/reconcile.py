@@ -4,9 +4,10 @@
   object (uid) at the same generation the event was about. Anything else is acknowledged and
   ignored by the caller.
 - ``write_status``: status writes carry the resourceVersion we read; a ``Conflict`` bubbles up
-  and the HTTP layer re-runs the whole step on fresh data.
-- ``mark_failed``: phase Failed with a message, unless the Tenant already moved on (Ready, or a
-  newer generation), so a late failure never overwrites a success.
+  and the HTTP layer re-runs the whole step on fresh data. A phase change is also recorded as a
+  Kubernetes Event on the Tenant (``kubectl describe kt NAME`` shows its history).
+- ``mark_failed``: phase Failed with a message and a reason, unless the Tenant already moved on
+  (Ready, or a newer generation), so a late failure never overwrites a success.
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ from shared.tenant import (
 log = logging.getLogger(__name__)
 
 MESSAGE_MAX = 1024
+
+
+def first_sight(kube: Kube, tenant: Tenant) -> Tenant:
+    """A Tenant never seen before (no phase) is written as Pending before anything else."""
+    if tenant.status.phase is not None:
+        return tenant
+    return write_status(
+        kube,
+        tenant,
+        StatusUpdate(
+            phase=Phase.PENDING,
+            fields={"message": "accepted; waiting for install", "lastSyncedAt": rfc3339(utcnow())},
+        ),
+    )
 
 
 def live_tenant(kube: Kube, ref: TenantRef) -> Tenant | None:
@@ -53,6 +68,9 @@ def write_status(kube: Kube, tenant: Tenant, update: StatusUpdate) -> Tenant:
         "status written",
         extra={"phase": updated.status.phase.value if updated.status.phase else "", "generation": tenant.generation},
     )
+    event = update.event_for(tenant)
+    if event is not None:
+        kube.record_event(updated, event)
     return updated
 
 
@@ -72,7 +90,7 @@ def mark_failed(kube: Kube, ref: TenantRef, message: str, reason: str = "Provisi
         return False
     if tenant.status.phase == Phase.FAILED:
         return False
-    if tenant.status.phase == Phase.READY and tenant.status.observed_generation == tenant.generation:
+    if tenant.ready_at_generation():
         log.warning("failure reported for a tenant that is Ready; left Ready", extra={"reason": reason})
         return False
     write_status(kube, tenant, failed_update(tenant, message, reason))

@@ -13,6 +13,7 @@ from shared import logs
 from shared.errors import PermanentError
 from shared.helm import Helm
 from shared.kube import Kube
+from shared.kubeopera_api import KubeoperaApi
 from shared.reconcile import mark_failed
 from shared.settings import Settings
 from shared.tenant import TenantRef
@@ -28,7 +29,7 @@ class Runtime:
     def start(cls, function: str) -> Runtime:
         settings = Settings.from_env()
         logs.configure(settings.log_level, function=function, environment=settings.environment)
-        return cls(function=function, settings=settings, kube=Kube.connect())
+        return cls(function=function, settings=settings, kube=Kube.connect(component=f"tenant-{function}"))
 
     def helm(self) -> Helm:
         return Helm(
@@ -38,5 +39,12 @@ class Runtime:
             executable=self.settings.helm_executable,
         )
 
+    def kubeopera_api(self) -> KubeoperaApi:
+        return KubeoperaApi(
+            self.settings.kubeopera_api_base_url,
+            self.settings.internal_service_token,
+            self.settings.callback_timeout_seconds,
+        )
+
     def mark_failed(self, ref: TenantRef, err: PermanentError) -> None:
-        mark_failed(self.kube, ref, str(err))
+        mark_failed(self.kube, ref, str(err), err.reason)

@@ -16,6 +16,11 @@ from urllib.parse import urlparse
 
 from shared.errors import ConfigError
 
+# The check-ready and cleanup Triggers' retryAfterMax (eventing/triggers): the broker caps every
+# Retry-After at it, so a longer poll would silently become this one (and check-ready's count of
+# polls, which keeps the timeout honest, would be wrong).
+RETRY_AFTER_MAX_SECONDS = 15
+
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -34,6 +39,7 @@ class Settings:
     provision_timeout_seconds: int = 600
     callback_timeout_seconds: float = 5.0
     ready_poll_seconds: int = 15
+    cleanup_poll_seconds: int = 5
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
 
@@ -76,7 +82,8 @@ class Settings:
             callback_timeout_seconds=float(
                 _positive_int(env, "CALLBACK_TIMEOUT_SECONDS", int(defaults.callback_timeout_seconds))
             ),
-            ready_poll_seconds=_positive_int(env, "READY_POLL_SECONDS", defaults.ready_poll_seconds),
+            ready_poll_seconds=_poll(env, "READY_POLL_SECONDS", defaults.ready_poll_seconds),
+            cleanup_poll_seconds=_poll(env, "CLEANUP_POLL_SECONDS", defaults.cleanup_poll_seconds),
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
         )
@@ -92,4 +99,14 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be a whole number of seconds, got {raw!r}") from None
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
+    return value
+
+
+def _poll(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _positive_int(env, name, default)
+    if value > RETRY_AFTER_MAX_SECONDS:
+        raise ConfigError(
+            f"{name} must be at most {RETRY_AFTER_MAX_SECONDS}, the Triggers' retryAfterMax, which caps every "
+            f"Retry-After; got {value}"
+        )
     return value

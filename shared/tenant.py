@@ -22,6 +22,10 @@ GROUP = "kubeopera.io"
 VERSION = "v1alpha1"
 PLURAL = "tenants"
 KIND = "Tenant"
+API_VERSION = f"{GROUP}/{VERSION}"
+# install adds it before its first write; cleanup removes it once everything the Tenant owned is
+# gone, so a deleted Tenant stays visible (deletionTimestamp set) until its vCluster is removed.
+FINALIZER = "kubeopera.io/cleanup"
 
 # Condition types this project sets.
 COND_READY = "Ready"
@@ -35,6 +39,7 @@ class Phase(enum.StrEnum):
     PROVISIONING = "Provisioning"
     READY = "Ready"
     FAILED = "Failed"
+    DELETING = "Deleting"
 
 
 def utcnow() -> datetime:
@@ -143,10 +148,24 @@ class Tenant:
     spec: TenantSpec
     status: TenantStatus = field(default_factory=TenantStatus)
     deleting: bool = False
+    finalizers: tuple[str, ...] = ()
+    created: str = ""
 
     @property
     def ref(self) -> TenantRef:
         return TenantRef(self.namespace, self.name, self.uid, self.generation)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def has_finalizer(self) -> bool:
+        return FINALIZER in self.finalizers
+
+    def ready_at_generation(self) -> bool:
+        """Ready, and Ready for the spec it has now (not an older one)."""
+        return self.status.phase == Phase.READY and self.status.observed_generation == self.generation
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Tenant:
@@ -177,6 +196,8 @@ class Tenant:
             generation=int(meta.get("generation", 0) or 0),
             resource_version=str(meta.get("resourceVersion", "")),
             deleting=bool(meta.get("deletionTimestamp")),
+            finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+            created=str(meta.get("creationTimestamp", "")),
             spec=tenant_spec,
             status=TenantStatus(
                 phase=phase,
@@ -198,6 +219,15 @@ def _required(obj: Mapping[str, Any], key: str, path: str) -> str:
 
 
 @dataclass(frozen=True)
+class TenantEvent:
+    """A Kubernetes Event about a Tenant: ``type`` Normal or Warning, a CamelCase ``reason``."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class StatusUpdate:
     """A change to a Tenant's status, as the fields to set and the conditions to put."""
 
@@ -216,6 +246,23 @@ class StatusUpdate:
                 c.to_object() for c in merge_conditions(tenant.status.conditions, self.conditions, moment)
             ]
         return {"metadata": {"resourceVersion": tenant.resource_version}, "status": status}
+
+    def event_for(self, tenant: Tenant) -> TenantEvent | None:
+        """The Kubernetes Event (type, reason, message) this update is worth: one per phase change.
+
+        Failed is a Warning whose reason is the failure's (``OwnershipConflict``,
+        ``ProvisionTimeout``, ``DeliveryFailed``, ...); Deleting is ``CleanupStarted``; the other
+        phases are Normal Events named after the phase.
+        """
+        if self.phase is None or self.phase == tenant.status.phase:
+            return None
+        message = str(self.fields.get("message") or self.phase.value)
+        if self.phase == Phase.FAILED:
+            ready = next((c for c in self.conditions if c.type == COND_READY), None)
+            return TenantEvent("Warning", ready.reason if ready else "Failed", message)
+        if self.phase == Phase.DELETING:
+            return TenantEvent("Normal", "CleanupStarted", message)
+        return TenantEvent("Normal", self.phase.value, message)
 
 
 def merge_conditions(current: Sequence[Condition], updates: Sequence[Condition], moment: str) -> list[Condition]:

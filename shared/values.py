@@ -10,19 +10,23 @@ both forced by the real vcluster 0.21 chart (design.md section 5):
   (``https://<release>.<namespace>:443``), so the stored kubeconfig works for in-cluster clients;
   the chart's default (``https://localhost:8443``) only works inside the vCluster pod.
 
-``ENVIRONMENT`` and the tenant's identity become labels on the control plane StatefulSet.
+``ENVIRONMENT``, the tenant's names and its owner labels (``shared.ownership``: the Tenant
+object's uid, namespace and name) become labels on the control plane StatefulSet; the owner
+labels in a release's values are how install and cleanup tell whose release it is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shared.tenant import TenantSpec
+from shared.ownership import legacy_release_labels, owner_labels
+from shared.tenant import Tenant
 
 LABEL_ENVIRONMENT = "kubeopera.io/environment"
 
 
-def vcluster_values(spec: TenantSpec, environment: str) -> dict[str, Any]:
+def vcluster_values(tenant: Tenant, environment: str) -> dict[str, Any]:
+    spec = tenant.spec
     names = spec.names
     quota = {"cpu": spec.quota.cpu, "memory": spec.quota.memory}
     return {
@@ -30,11 +34,7 @@ def vcluster_values(spec: TenantSpec, environment: str) -> dict[str, Any]:
             "distro": {"k3s": {"enabled": True}},
             "statefulSet": {
                 "resources": {"requests": dict(quota), "limits": dict(quota)},
-                "labels": {
-                    LABEL_ENVIRONMENT: environment,
-                    "kubeopera.io/tenant": names.tenant_name,
-                    "kubeopera.io/tenant-id": names.cloud_space_id,
-                },
+                "labels": {LABEL_ENVIRONMENT: environment} | legacy_release_labels(tenant) | owner_labels(tenant),
             },
         },
         "sync": {

@@ -48,6 +48,7 @@ FUNCTIONS: Mapping[str, str] = {
     "tenant-store-kubeconfig": "store_kubeconfig",
     "tenant-notify-api": "notify_api",
     "tenant-dead-letter": "dead_letter",
+    "tenant-cleanup": "cleanup",
 }
 SOURCE_SERVICE_ACCOUNT = "tenant-source"
 
@@ -63,6 +64,7 @@ class StackOptions:
     vcluster_boot_seconds: float = 20.0
     kubeconfig: Path | None = None
     ready_poll_seconds: int = 15
+    cleanup_poll_seconds: int = 5
     provision_timeout_seconds: int = 600
     run_dir: Path | None = None
     log_level: str = "INFO"
@@ -257,6 +259,7 @@ def _function_env(
             "INTERNAL_SERVICE_TOKEN": options.api_token,
             "ENVIRONMENT": "local",
             "READY_POLL_SECONDS": str(options.ready_poll_seconds),
+            "CLEANUP_POLL_SECONDS": str(options.cleanup_poll_seconds),
             "PROVISION_TIMEOUT_SECONDS": str(options.provision_timeout_seconds),
             "LOG_LEVEL": options.log_level,
             "GUNICORN_THREADS": "4",

@@ -80,21 +80,22 @@ class VClusterStandIn:
         self._kube = kube
         self._boot_seconds = boot_seconds
         self._poll = poll_seconds
-        self._first_seen: dict[tuple[str, str], float] = {}
-        self._booted: set[tuple[str, str, str]] = set()
+        # Keyed by the uid of helm's release record, so a release installed again under the same
+        # name (a Tenant deleted and re-created) boots again, after its own boot delay.
+        self._first_seen: dict[str, float] = {}
+        self._booted: set[str] = set()
         self._stop = threading.Event()
 
     def step(self, now: float | None = None) -> list[str]:
         """One poll; returns the Secrets written in it as ``namespace/name``."""
         moment = time.monotonic() if now is None else now
         written = []
-        for namespace, secret_name, labels in self._kube.list_secrets(RELEASE_SELECTOR):
+        for namespace, secret_name, uid, labels in self._kube.list_secrets(RELEASE_SELECTOR):
             release = labels.get("name", "")
             if not release.startswith("vc-"):
                 continue
-            key = (namespace, release)
-            self._first_seen.setdefault(key, moment)
-            if moment - self._first_seen[key] < self._boot_seconds or (namespace, release, secret_name) in self._booted:
+            self._first_seen.setdefault(uid, moment)
+            if moment - self._first_seen[uid] < self._boot_seconds or uid in self._booted:
                 continue
             try:
                 server = self._boot(namespace, release, secret_name)
@@ -103,7 +104,7 @@ class VClusterStandIn:
                 continue
             if server is None:
                 continue
-            self._booted.add((namespace, release, secret_name))
+            self._booted.add(uid)
             written.append(f"{namespace}/vc-{release}")
             log.info("vCluster booted", extra={"namespace": namespace, "release": release, "server": server})
         return written
@@ -114,17 +115,21 @@ class VClusterStandIn:
         if record is None:
             return None
         server = exported_server(release_values(record))
-        self._kube.upsert_secret(
-            namespace,
-            f"vc-{release}",
-            {
-                "config": kubeconfig_for(server),
-                "certificate-authority": _FAKE_PEM.encode(),
-                "client-certificate": _FAKE_PEM.encode(),
-                "client-key": _FAKE_KEY.encode(),
-            },
-            {"app": "vcluster", "release": release, "vcluster.loft.sh/managed-by": release},
-        )
+        data = {
+            "config": kubeconfig_for(server),
+            "certificate-authority": _FAKE_PEM.encode(),
+            "client-certificate": _FAKE_PEM.encode(),
+            "client-key": _FAKE_KEY.encode(),
+        }
+        current = self._kube.get_secret(namespace, f"vc-{release}")
+        if current is None or current.data != data:
+            self._kube.write_secret(
+                namespace,
+                f"vc-{release}",
+                data,
+                {"app": "vcluster", "release": release, "vcluster.loft.sh/managed-by": release},
+                None if current is None else current.resource_version,
+            )
         return server
 
     def run(self) -> None:

@@ -42,7 +42,7 @@ CLUSTER_SCOPED = {
     "ValidatingAdmissionPolicyBinding",
 }
 HELM_HOME_VARS = ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "CHART_CACHE_DIR")
-HELM_FUNCTIONS = {"tenant-install", "tenant-check-ready"}
+HELM_FUNCTIONS = {"tenant-install", "tenant-check-ready", "tenant-cleanup"}
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
 
 

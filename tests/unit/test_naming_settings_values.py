@@ -9,7 +9,7 @@ import pytest
 from shared.errors import ConfigError, PermanentError
 from shared.naming import TenantNames, check_tenant_name
 from shared.settings import Settings
-from shared.tenant import Quota, TenantSpec
+from shared.tenant import Quota, Tenant, TenantSpec
 from shared.values import vcluster_values
 
 CS_ID = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
@@ -82,6 +82,9 @@ def test_settings_read_the_environment() -> None:
         ("PROVISION_TIMEOUT_SECONDS", "0", "PROVISION_TIMEOUT_SECONDS"),
         ("LOG_LEVEL", "chatty", "LOG_LEVEL"),
         ("TENANT_NAMESPACE", "Not_A_Namespace", "TENANT_NAMESPACE"),
+        ("READY_POLL_SECONDS", "16", "READY_POLL_SECONDS must be at most 15"),
+        ("CLEANUP_POLL_SECONDS", "60", "CLEANUP_POLL_SECONDS must be at most 15"),
+        ("CLEANUP_POLL_SECONDS", "-1", "CLEANUP_POLL_SECONDS"),
     ],
 )
 def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:
@@ -91,11 +94,19 @@ def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, m
 
 def test_values_are_the_original_defaults_with_quota_as_requests_and_limits() -> None:
     spec = TenantSpec("3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", "alice-default", CS_ID, Quota("2", "4Gi"))
-    values = vcluster_values(spec, "staging")
+    tenant = Tenant("kubeopera-system", "alice", "uid-1", 1, "7", spec)
+    values = vcluster_values(tenant, "staging")
     assert values["controlPlane"]["distro"] == {"k3s": {"enabled": True}}
     resources = values["controlPlane"]["statefulSet"]["resources"]
     assert resources == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     assert values["sync"] == {"toHost": {"ingresses": {"enabled": True}, "serviceAccounts": {"enabled": True}}}
     assert values["exportKubeConfig"] == {"server": "https://vc-alice-default.vcluster-alice-default:443"}
-    assert values["controlPlane"]["statefulSet"]["labels"]["kubeopera.io/environment"] == "staging"
+    assert values["controlPlane"]["statefulSet"]["labels"] == {
+        "kubeopera.io/environment": "staging",
+        "kubeopera.io/tenant": "alice-default",
+        "kubeopera.io/tenant-id": CS_ID,
+        "kubeopera.io/owner-uid": "uid-1",
+        "kubeopera.io/owner-namespace": "kubeopera-system",
+        "kubeopera.io/owner-name": "alice",
+    }
     assert set(values) == {"controlPlane", "sync", "exportKubeConfig"}

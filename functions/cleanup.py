@@ -1,0 +1,148 @@
+"""cleanup: a deleted Tenant takes its vCluster with it, and only what it owns.
+
+Takes ``dev.knative.apiserver.resource.update`` (and ``.add``). install put the finalizer
+``kubeopera.io/cleanup`` on the Tenant, so ``kubectl delete`` only sets its
+``deletionTimestamp``; the ApiServerSource sends that as an update (design.md section 3), and the
+Trigger delivers every Tenant update here. An update whose object is not being deleted is
+acknowledged at once, without an API call. For one that is:
+
+1. phase Deleting (Event ``CleanupStarted``);
+2. if namespace ``vcluster-{tenantName}`` is this Tenant's (``shared.ownership``): ``helm
+   uninstall`` of its release, then the namespace is deleted (its PVCs and everything else in it
+   go with it); if the kubeconfig Secret is this Tenant's, it is deleted. Whatever belongs to
+   someone else is left alone, with a Warning Event saying so;
+3. while the namespace still exists (Terminating), 503 with ``Retry-After:
+   CLEANUP_POLL_SECONDS``: the broker asks again, as it does for check-ready;
+4. once everything is gone: kubeopera-api is told the CloudSpace is ``deleted`` (non-fatal, and
+   not when another Tenant still claims the same ``cloudSpaceID``), Event ``CleanupFinished``,
+   and the finalizer is removed, which lets the API server delete the Tenant.
+
+Every step is safe to repeat; a Tenant that never got far (no namespace, no Secret), is Failed,
+or whose namespace is already gone goes straight to step 4.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cloudevents.core.base import BaseCloudEvent
+from flask import Flask
+
+from shared import claims, events, logs
+from shared.errors import NotReadyYet
+from shared.helm import Helm
+from shared.http import Step, function_app
+from shared.kube import Kube
+from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
+from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
+from shared.reconcile import mark_failed, write_status
+from shared.runtime import Runtime
+from shared.settings import Settings
+from shared.tenant import Phase, StatusUpdate, Tenant, TenantEvent, TenantRef, rfc3339, utcnow
+
+NAME = "cleanup"
+CLEANUP_FAILED = "CleanupFailed"
+log = logging.getLogger(__name__)
+
+
+def shows_deletion(event: BaseCloudEvent) -> bool:
+    """Does the Tenant object in the ApiServerSource event carry a deletionTimestamp? Only a
+    hint (the live Tenant decides), but one that spares an API call for every other update."""
+    data: Any = event.get_data()
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    return isinstance(meta, dict) and bool(meta.get("deletionTimestamp"))
+
+
+def owned(verdict: Verdict) -> bool:
+    return verdict.claim in (Claim.OURS, Claim.ADOPT)
+
+
+def handle(
+    kube: Kube, helm: Helm, api: KubeoperaApi, settings: Settings, event: BaseCloudEvent, ref: TenantRef
+) -> BaseCloudEvent | None:
+    if not shows_deletion(event):
+        return None
+    tenant = kube.get_tenant(ref.namespace, ref.name)
+    if tenant is None or tenant.uid != ref.uid or not tenant.deleting or not tenant.has_finalizer:
+        log.info("nothing to clean up (tenant gone, replaced, not being deleted, or already cleaned)")
+        return None
+    if tenant.status.phase != Phase.DELETING:
+        tenant = write_status(
+            kube,
+            tenant,
+            StatusUpdate(
+                phase=Phase.DELETING,
+                fields={
+                    "message": "deleting the vCluster and the stored kubeconfig",
+                    "lastSyncedAt": rfc3339(utcnow()),
+                },
+            ),
+        )
+    names = tenant.spec.names
+    waiting = []
+
+    namespace = kube.get_namespace(names.namespace)
+    verdict = judge(None if namespace is None else namespace.labels, tenant, legacy_namespace_labels(tenant))
+    if namespace is not None and owned(verdict):
+        if not namespace.terminating:
+            helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
+            kube.delete_namespace(names.namespace)
+            log.info("namespace deletion started", extra={"namespace": names.namespace})
+        waiting.append(f"namespace {names.namespace} to be deleted")
+    elif namespace is not None:
+        _left_alone(kube, tenant, str(claims.namespace_thing(tenant)), verdict)
+
+    secret = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
+    verdict = judge(None if secret is None else secret.labels, tenant, legacy_secret_labels(tenant))
+    if secret is not None and owned(verdict):
+        kube.delete_secret(settings.tenant_namespace, names.kubeconfig_secret, secret.resource_version)
+        log.info("kubeconfig Secret deleted", extra={"secret": names.kubeconfig_secret})
+    elif secret is not None:
+        _left_alone(kube, tenant, str(claims.secret_thing(tenant, settings.tenant_namespace)), verdict)
+
+    if waiting:
+        raise NotReadyYet("waiting for " + ", ".join(waiting), retry_after=settings.cleanup_poll_seconds)
+    _tell_kubeopera_api(kube, api, tenant)
+    kube.record_event(tenant, TenantEvent("Normal", "CleanupFinished", "vCluster and stored kubeconfig removed"))
+    kube.set_finalizer(tenant, present=False)
+    log.info("cleanup finished; finalizer removed")
+    return None
+
+
+def _left_alone(kube: Kube, tenant: Tenant, thing: str, verdict: Verdict) -> None:
+    whose = f"Tenant {verdict.owner.key}" if verdict.owner is not None else "nobody this Tenant knows of"
+    message = f"left {thing} alone: it belongs to {whose}, not to this Tenant"
+    log.warning(message)
+    kube.record_event(tenant, TenantEvent("Warning", "CleanupSkipped", message))
+
+
+def _tell_kubeopera_api(kube: Kube, api: KubeoperaApi, tenant: Tenant) -> None:
+    names = tenant.spec.names
+    sharing = kube.list_tenants(tenant.namespace, f"spec.cloudSpaceID={names.cloud_space_id}")
+    if any(other.uid != tenant.uid for other in sharing):
+        log.info("another Tenant claims this cloudSpaceID; kubeopera-api is not told it is deleted")
+        return
+    result = api.report(
+        CloudSpaceUpdate(names.cloud_space_id, names.release, names.namespace, names.kubeconfig_secret, "deleted"),
+        traceparent=logs.current("traceparent"),
+    )
+    if not result.delivered:
+        log.warning("kubeopera-api deletion callback failed; cleanup goes on", extra={"detail": result.detail})
+        kube.record_event(
+            tenant, TenantEvent("Warning", "CallbackFailed", f"kubeopera-api was not told: {result.detail}")
+        )
+
+
+def create_app() -> Flask:
+    rt = Runtime.start(NAME)
+    helm = rt.helm()
+    api = rt.kubeopera_api()
+    return function_app(
+        Step(
+            name=NAME,
+            accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE}),
+            handle=lambda event, ref: handle(rt.kube, helm, api, rt.settings, event, ref),
+            on_permanent=lambda ref, err: mark_failed(rt.kube, ref, f"cleanup: {err}", CLEANUP_FAILED),
+        )
+    )
