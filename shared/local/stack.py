@@ -62,6 +62,7 @@ class StackOptions:
     kubeopera_api_url: str | None = None
     api_token: str = field(default="", repr=False)
     vcluster_boot_seconds: float = 20.0
+    vcluster_never_boot: str = ""  # releases matching this regular expression never boot
     kubeconfig: Path | None = None
     ready_poll_seconds: int = 15
     cleanup_poll_seconds: int = 5
@@ -174,6 +175,8 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                             str(admin),
                             "--boot-seconds",
                             str(options.vcluster_boot_seconds),
+                            "--never-boot",
+                            options.vcluster_never_boot,
                         ),
                     )
                 )

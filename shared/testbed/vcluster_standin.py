@@ -9,7 +9,9 @@ server is ``exportKubeConfig.server`` from the release's values, or vcluster's d
 ``https://localhost:8443``; the values are read from helm's own release record (Secret
 ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON).
 
-Run: ``python -m shared.testbed.vcluster_standin --kubeconfig PATH --boot-seconds 20``.
+Run: ``python -m shared.testbed.vcluster_standin --kubeconfig PATH --boot-seconds 20`` (and
+``--never-boot REGEX`` for releases that must never come up, the fault of a vCluster that does
+not boot).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import base64
 import gzip
 import json
 import logging
+import re
 import signal
 import sys
 import threading
@@ -76,9 +79,11 @@ def _b64(text: str) -> str:
 class VClusterStandIn:
     """Watches deployed helm releases and 'boots' each one after ``boot_seconds``."""
 
-    def __init__(self, kube: Kube, boot_seconds: float, poll_seconds: float = 0.5) -> None:
+    def __init__(self, kube: Kube, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = "") -> None:
         self._kube = kube
         self._boot_seconds = boot_seconds
+        # Releases whose name matches never boot: the fault "the vCluster never comes up".
+        self._never_boot = re.compile(never_boot) if never_boot else None
         self._poll = poll_seconds
         # Keyed by the uid of helm's release record, so a release installed again under the same
         # name (a Tenant deleted and re-created) boots again, after its own boot delay.
@@ -92,7 +97,7 @@ class VClusterStandIn:
         written = []
         for namespace, secret_name, uid, labels in self._kube.list_secrets(RELEASE_SELECTOR):
             release = labels.get("name", "")
-            if not release.startswith("vc-"):
+            if not release.startswith("vc-") or (self._never_boot and self._never_boot.fullmatch(release)):
                 continue
             self._first_seen.setdefault(uid, moment)
             if moment - self._first_seen[uid] < self._boot_seconds or uid in self._booted:
@@ -149,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--boot-seconds", type=float, default=5.0)
     parser.add_argument("--poll-seconds", type=float, default=0.5)
+    parser.add_argument("--never-boot", default="", help="regular expression: releases it matches never boot")
     args = parser.parse_args(argv)
     logs.configure("INFO", component="vcluster-standin")
-    standin = VClusterStandIn(Kube.connect(args.kubeconfig), args.boot_seconds, args.poll_seconds)
+    standin = VClusterStandIn(Kube.connect(args.kubeconfig), args.boot_seconds, args.poll_seconds, args.never_boot)
     signal.signal(signal.SIGTERM, lambda *_: standin.stop())
     signal.signal(signal.SIGINT, lambda *_: standin.stop())
     log.info("vCluster stand-in running", extra={"boot_seconds": args.boot_seconds})

@@ -31,6 +31,7 @@ FUNCTION_MODULES = {
     "tenant-store-kubeconfig": "store_kubeconfig",
     "tenant-notify-api": "notify_api",
     "tenant-dead-letter": "dead_letter",
+    "tenant-cleanup": "cleanup",
 }
 
 

@@ -138,10 +138,14 @@ def test_trigger_file_contract(path: Path) -> None:
     assert delivery["deadLetterSink"] == {
         "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "tenant-dead-letter"}
     }
-    if path.stem == "tenant-check-ready":
+    if path.stem in ("tenant-check-ready", "tenant-cleanup"):
+        # Polls: the function's Retry-After is the wait (shared.settings caps it at 15 s).
         assert delivery["retryAfterMax"] == "PT15S"
         assert "backoffPolicy" not in delivery and "backoffDelay" not in delivery
+    if path.stem == "tenant-check-ready":
         assert delivery["retry"] * 15 > provision_timeout(), "the retries must outlast the provision timeout"
+    elif path.stem == "tenant-cleanup":
+        assert delivery["retry"] * 5 >= 300, "five minutes at the default CLEANUP_POLL_SECONDS for a namespace to go"
     else:
         assert (delivery["retry"], delivery["backoffPolicy"], delivery["backoffDelay"]) == (5, "exponential", "PT1S")
 
@@ -278,11 +282,20 @@ def _rules(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
-def test_check_ready_only_reads() -> None:
+def test_check_ready_writes_only_the_tenants_status_and_events() -> None:
     for kind, name, rule in _rules(RBAC / "tenant-check-ready.yaml"):
-        if rule["resources"] == ["events"]:
-            continue  # recording Events on the Tenant
+        if rule["resources"] in (["events"], ["tenants/status"]):
+            continue  # Events on the Tenant; phase Failed at the provision timeout
         assert not WRITE_VERBS & set(rule["verbs"]), f"{kind} {name}: {rule}"
+
+
+def test_only_cleanup_deletes_namespaces_and_stored_kubeconfigs() -> None:
+    for path in sorted(RBAC.glob("*.yaml")):
+        for kind, name, rule in _rules(path):
+            deletes = "delete" in rule["verbs"] and {"namespaces", "secrets"} & set(rule["resources"])
+            if path.stem == "tenant-install" and kind == "ClusterRole":
+                continue  # helm's objects in vcluster-* (confined by policy/tenant-install-scope.yaml)
+            assert not deletes or path.stem == "tenant-cleanup", f"{path.name}: {kind} {name}: {rule}"
 
 
 def test_cluster_wide_rules_are_only_where_namespaces_are_unknown() -> None:

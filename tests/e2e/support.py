@@ -1,0 +1,127 @@
+"""What the end-to-end tests share: waiting, Tenant manifests, kubectl and helm as a person runs
+them, and reading a Tenant's phase and Events."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any, TypeVar
+
+import yaml
+
+from shared.kube import Kube
+from shared.local.stack import TENANT_NAMESPACE, Stack
+from shared.tenant import Tenant
+from shared.testbed.processes import run
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120.0, interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def tenant_yaml(
+    name: str,
+    cloud_space_id: str,
+    tenant_name: str | None = None,
+    cpu: str = "1",
+    memory: str = "2Gi",
+    user: str = "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b",
+) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kubeopera.io/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": name, "namespace": TENANT_NAMESPACE},
+            "spec": {
+                "userID": user,
+                "tenantName": tenant_name or name,
+                "cloudSpaceID": cloud_space_id,
+                "quota": {"cpu": cpu, "memory": memory},
+            },
+        }
+    )
+
+
+def phase_of(kube: Kube, name: str, phase: str) -> Tenant | None:
+    tenant = kube.get_tenant(TENANT_NAMESPACE, name)
+    if tenant is not None and tenant.status.phase is not None and tenant.status.phase.value == phase:
+        return tenant
+    return None
+
+
+def kubectl_as(pipeline: Stack, kubeconfig: Path, *args: str, input: str | None = None) -> CompletedProcess[str]:
+    """kubectl with the given identity, allowed to fail: for tests of what is refused."""
+    return run([str(pipeline.tools.kubectl), f"--kubeconfig={kubeconfig}", *args], input=input, check=False)
+
+
+def patch_tenant(pipeline: Stack, name: str, patch: dict[str, Any]) -> CompletedProcess[str]:
+    """A merge patch of a Tenant as admin, allowed to fail."""
+    return kubectl_as(
+        pipeline,
+        pipeline.admin_kubeconfig,
+        "patch",
+        "kt",
+        name,
+        "-n",
+        TENANT_NAMESPACE,
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
+    )
+
+
+def helm(pipeline: Stack, *args: str) -> Any:
+    out = run([str(pipeline.tools.helm), f"--kubeconfig={pipeline.admin_kubeconfig}", *args, "-o", "json"]).stdout
+    return json.loads(out)
+
+
+def exists(pipeline: Stack, *what: str) -> bool:
+    """Does ``kubectl get WHAT`` find it (as admin)?"""
+    return bool(pipeline.kubectl("get", *what, "--ignore-not-found", "-o", "name").strip())
+
+
+def tenant_events(pipeline: Stack, name: str) -> list[dict[str, Any]]:
+    """The Kubernetes Events about Tenant ``name`` (every incarnation), in the order they were
+    last recorded (resourceVersion: timestamps have one-second resolution)."""
+    listed = json.loads(
+        pipeline.kubectl(
+            "get",
+            "events",
+            "-n",
+            TENANT_NAMESPACE,
+            f"--field-selector=involvedObject.kind=Tenant,involvedObject.name={name}",
+            "-o",
+            "json",
+        )
+    )
+    return sorted(listed["items"], key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+
+def legacy_namespace(pipeline: Stack, tenant: str, cloud_space_id: str) -> None:
+    """Namespace vcluster-<tenant> labelled as the version before ownership labels made it for
+    Tenant ``tenant``: its name and cloudSpaceID, no uid (install adopts it)."""
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": f"vcluster-{tenant}",
+            "labels": {
+                "kubeopera.io/tenant": tenant,
+                "kubeopera.io/tenant-id": cloud_space_id,
+                "kubeopera.io/managed-by": "tenant-controller",
+            },
+        },
+    }
+    pipeline.kubectl("apply", "-f", "-", input=json.dumps(namespace))

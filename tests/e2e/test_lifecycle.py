@@ -1,0 +1,459 @@
+"""The whole life of a Tenant on real parts: ownership, deletion with full cleanup, Events,
+Pending, the provision timeout, and RBAC with no rule that nothing uses.
+
+The same test bed as ``test_pipeline`` (real kube-apiserver and etcd with kube-controller-manager
+running the namespace and garbage-collector controllers, so a deleted namespace really goes away;
+real helm and OCI registry; the real ApiServerSource adapter; every function under gunicorn with
+its own ServiceAccount and the RBAC of ``deploy/``), tuned to be quick: the vCluster stand-in
+boots in 3 s, check-ready polls every 2 s and gives up after 20 s, cleanup polls every second.
+Releases named ``vc-stuck-*`` never boot.
+
+Each test leaves the Tenants it made in place unless deleting them is the point, so the last
+test can read the API server's audit log of the whole module and compare it with the RBAC.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.kube import Kube
+from shared.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from shared.tenant import Tenant
+
+from .support import exists, helm, kubectl_as, legacy_namespace, phase_of, tenant_events, tenant_yaml, wait_for
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_SECONDS = 20
+CS_BOB = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e60"
+CS_BOB_DUP = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e61"
+CS_ERIN = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e62"
+CS_FRANK = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e63"
+CS_GINA = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e64"
+CS_HAL = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e65"
+CS_IVY = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e66"
+CS_JO = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e67"
+CS_KIM = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e68"
+CS_LEE = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e69"
+
+
+@pytest.fixture(scope="module")
+def pipeline() -> Iterator[Stack]:
+    options = StackOptions(
+        api_token="lifecycle-token",
+        vcluster_boot_seconds=3,
+        vcluster_never_boot=r"vc-stuck-.*",
+        ready_poll_seconds=2,
+        provision_timeout_seconds=TIMEOUT_SECONDS,
+        cleanup_poll_seconds=1,
+    )
+    with start_stack(options) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def kube(pipeline: Stack) -> Iterator[Kube]:
+    client = Kube.connect(pipeline.admin_kubeconfig)
+    yield client
+    client.close()
+
+
+def apply(pipeline: Stack, name: str, cloud_space_id: str, tenant_name: str | None = None) -> None:
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cloud_space_id, tenant_name))
+
+
+def provision(pipeline: Stack, kube: Kube, name: str, cloud_space_id: str) -> Tenant:
+    apply(pipeline, name, cloud_space_id)
+    return wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=90)
+
+
+def delete_and_wait_gone(pipeline: Stack, kube: Kube, name: str, timeout: float = 90) -> None:
+    pipeline.kubectl("delete", "kt", name, "-n", TENANT_NAMESPACE, "--wait=false")
+    wait_for(f"{name} gone", lambda: kube.get_tenant(TENANT_NAMESPACE, name) is None, timeout=timeout)
+
+
+def settled(pipeline: Stack) -> None:
+    """Wait until the broker has nothing in flight (polls included)."""
+    assert pipeline.broker.wait_idle(60), "the broker still had deliveries in flight"
+
+
+def snapshot(pipeline: Stack, tenant_name: str, cloud_space_id: str) -> dict[str, Any]:
+    """Everything of a Tenant's that another Tenant must never change, to compare byte for byte."""
+    namespace = f"vcluster-{tenant_name}"
+    ns = json.loads(pipeline.kubectl("get", "namespace", namespace, "-o", "json"))
+    secret = json.loads(
+        pipeline.kubectl("get", "secret", f"tenant-{cloud_space_id}-kubeconfig", "-n", TENANT_NAMESPACE, "-o", "json")
+    )
+    statefulset = json.loads(pipeline.kubectl("get", "statefulset", f"vc-{tenant_name}", "-n", namespace, "-o", "json"))
+    return {
+        "helm history": helm(pipeline, "history", f"vc-{tenant_name}", "-n", namespace),
+        "helm values": helm(pipeline, "get", "values", f"vc-{tenant_name}", "-n", namespace),
+        "namespace": (ns["metadata"]["labels"], ns["metadata"]["resourceVersion"]),
+        "secret": (secret["data"], secret["metadata"]["labels"], secret["metadata"]["resourceVersion"]),
+        "statefulset": (statefulset["metadata"]["labels"], statefulset["metadata"]["resourceVersion"]),
+    }
+
+
+def patches_for(pipeline: Stack, cloud_space_id: str) -> list[dict[str, Any]]:
+    assert pipeline.api is not None
+    return [json.loads(r.body) for r in pipeline.api.requests() if r.path == f"/api/v1/cloudspaces/{cloud_space_id}"]
+
+
+def reasons(pipeline: Stack, name: str) -> list[str]:
+    return [e["reason"] for e in tenant_events(pipeline, name)]
+
+
+@pytest.fixture(scope="module")
+def bob(pipeline: Stack, kube: Kube) -> Tenant:
+    return provision(pipeline, kube, "bob-dev", CS_BOB)
+
+
+def test_everything_a_tenant_makes_carries_its_identity(pipeline: Stack, bob: Tenant) -> None:
+    owner = {
+        "kubeopera.io/owner-uid": bob.uid,
+        "kubeopera.io/owner-namespace": TENANT_NAMESPACE,
+        "kubeopera.io/owner-name": "bob-dev",
+    }
+    state = snapshot(pipeline, "bob-dev", CS_BOB)
+    assert state["namespace"][0] == {
+        "kubernetes.io/metadata.name": "vcluster-bob-dev",
+        "kubeopera.io/tenant": "bob-dev",
+        "kubeopera.io/tenant-id": CS_BOB,
+        "kubeopera.io/managed-by": "tenant-controller",
+        **owner,
+    }
+    assert (
+        state["secret"][1] == {"kubeopera.io/tenant-id": CS_BOB, "kubeopera.io/managed-by": "tenant-controller"} | owner
+    )
+    assert owner.items() <= state["helm values"]["controlPlane"]["statefulSet"]["labels"].items()
+    assert owner.items() <= state["statefulset"][0].items()
+    tenant = json.loads(pipeline.kubectl("get", "kt", "bob-dev", "-n", TENANT_NAMESPACE, "-o", "json"))
+    assert tenant["metadata"]["finalizers"] == ["kubeopera.io/cleanup"]
+
+
+def test_a_full_life_shows_in_kubectl_describe(pipeline: Stack, bob: Tenant) -> None:
+    assert reasons(pipeline, "bob-dev") == ["Pending", "Provisioning", "Ready"]
+    described = pipeline.kubectl("describe", "kt", "bob-dev", "-n", TENANT_NAMESPACE)
+    events = described.split("Events:", 1)[1]
+    for reason in ("Pending", "Provisioning", "Ready"):
+        assert f"  {reason}  " in events, described
+    assert "tenant-install" in events and "tenant-notify-api" in events
+
+
+def test_reusing_a_tenant_name_fails_and_changes_nothing_of_the_owner(pipeline: Stack, kube: Kube, bob: Tenant) -> None:
+    """The reproduction from the issue: another customer's Tenant asks for tenantName bob-dev."""
+    settled(pipeline)
+    before = snapshot(pipeline, "bob-dev", CS_BOB)
+    apply(pipeline, "bob-dup", CS_BOB_DUP, tenant_name="bob-dev")
+    failed = wait_for("bob-dup Failed", lambda: phase_of(kube, "bob-dup", "Failed"), timeout=60)
+    assert failed.status.message == 'tenantName "bob-dev" is already used by Tenant kubeopera-system/bob-dev'
+    ready = failed.status.condition("Ready")
+    assert ready is not None and (ready.status, ready.reason) == ("False", "OwnershipConflict")
+    settled(pipeline)
+    assert snapshot(pipeline, "bob-dev", CS_BOB) == before
+    assert not exists(pipeline, "secret", f"tenant-{CS_BOB_DUP}-kubeconfig", "-n", TENANT_NAMESPACE)
+    assert patches_for(pipeline, CS_BOB_DUP) == []
+    assert reasons(pipeline, "bob-dup") == ["Pending", "OwnershipConflict"]
+    warning = tenant_events(pipeline, "bob-dup")[-1]
+    assert warning["type"] == "Warning" and "already used by Tenant kubeopera-system/bob-dev" in warning["message"]
+
+
+def test_reusing_a_cloud_space_id_fails_before_anything_is_made(pipeline: Stack, kube: Kube, bob: Tenant) -> None:
+    settled(pipeline)
+    before = snapshot(pipeline, "bob-dev", CS_BOB)
+    calls = len(patches_for(pipeline, CS_BOB))
+    apply(pipeline, "carol-dup", CS_BOB, tenant_name="carol-other")
+    failed = wait_for("carol-dup Failed", lambda: phase_of(kube, "carol-dup", "Failed"), timeout=60)
+    assert failed.status.message == f'cloudSpaceID "{CS_BOB}" is already used by Tenant kubeopera-system/bob-dev'
+    settled(pipeline)
+    assert snapshot(pipeline, "bob-dev", CS_BOB) == before
+    assert not exists(pipeline, "namespace", "vcluster-carol-other")
+    assert len(patches_for(pipeline, CS_BOB)) == calls
+
+    delete_and_wait_gone(pipeline, kube, "carol-dup")
+    settled(pipeline)
+    assert snapshot(pipeline, "bob-dev", CS_BOB) == before
+    assert len(patches_for(pipeline, CS_BOB)) == calls, "kubeopera-api must not hear that bob's CloudSpace is gone"
+
+
+def test_cleanup_of_the_refused_tenant_leaves_the_owners_vcluster_alone(
+    pipeline: Stack, kube: Kube, bob: Tenant
+) -> None:
+    settled(pipeline)
+    before = snapshot(pipeline, "bob-dev", CS_BOB)
+    if kube.get_tenant(TENANT_NAMESPACE, "bob-dup") is None:
+        apply(pipeline, "bob-dup", CS_BOB_DUP, tenant_name="bob-dev")
+        wait_for("bob-dup Failed", lambda: phase_of(kube, "bob-dup", "Failed"), timeout=60)
+    delete_and_wait_gone(pipeline, kube, "bob-dup")
+    settled(pipeline)
+    assert snapshot(pipeline, "bob-dev", CS_BOB) == before
+    skipped = [e for e in tenant_events(pipeline, "bob-dup") if e["reason"] == "CleanupSkipped"]
+    assert skipped and "left namespace vcluster-bob-dev alone" in skipped[0]["message"]
+    assert "Tenant kubeopera-system/bob-dev" in skipped[0]["message"]
+
+
+def test_deleting_a_ready_tenant_removes_everything_then_the_tenant(pipeline: Stack, kube: Kube) -> None:
+    erin = provision(pipeline, kube, "erin", CS_ERIN)
+    assert exists(pipeline, "statefulset", "vc-erin", "-n", "vcluster-erin")
+    pipeline.kubectl("delete", "kt", "erin", "-n", TENANT_NAMESPACE, "--wait=false")
+    deleting = wait_for("erin Deleting", lambda: phase_of(kube, "erin", "Deleting"), timeout=30)
+    assert deleting.deleting
+    wait_for("erin gone", lambda: kube.get_tenant(TENANT_NAMESPACE, "erin") is None, timeout=90)
+    assert not exists(pipeline, "namespace", "vcluster-erin")
+    assert not exists(pipeline, "secret", f"tenant-{CS_ERIN}-kubeconfig", "-n", TENANT_NAMESPACE)
+    releases = helm(pipeline, "list", "--all-namespaces", "--all")
+    assert not [r for r in releases if r["name"] == "vc-erin"]
+    assert patches_for(pipeline, CS_ERIN)[-1] == {
+        "vcluster_id": "vc-erin",
+        "namespace": "vcluster-erin",
+        "kubeconfig_secret": f"tenant-{CS_ERIN}-kubeconfig",
+        "status": "deleted",
+    }
+    assert reasons(pipeline, "erin")[-2:] == ["CleanupStarted", "CleanupFinished"]
+
+    again = provision(pipeline, kube, "erin", CS_ERIN)
+    assert again.uid != erin.uid
+    history = helm(pipeline, "history", "vc-erin", "-n", "vcluster-erin")
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "deployed")]
+    labels = json.loads(pipeline.kubectl("get", "namespace", "vcluster-erin", "-o", "json"))["metadata"]["labels"]
+    assert labels["kubeopera.io/owner-uid"] == again.uid
+
+
+def test_a_hand_made_namespace_is_refused_and_survives_the_tenants_deletion(pipeline: Stack, kube: Kube) -> None:
+    pipeline.kubectl("create", "namespace", "vcluster-frank")
+    pipeline.kubectl("create", "configmap", "precious", "-n", "vcluster-frank", "--from-literal=a=b")
+    apply(pipeline, "frank", CS_FRANK)
+    failed = wait_for("frank Failed", lambda: phase_of(kube, "frank", "Failed"), timeout=60)
+    assert "namespace vcluster-frank exists but was not made by kubeopera-tenants" in failed.status.message
+    assert "kubectl delete namespace vcluster-frank" in failed.status.message
+    delete_and_wait_gone(pipeline, kube, "frank")
+    assert exists(pipeline, "configmap", "precious", "-n", "vcluster-frank")
+    assert "CleanupSkipped" in reasons(pipeline, "frank")
+
+
+def test_a_hand_made_kubeconfig_secret_is_never_overwritten(pipeline: Stack, kube: Kube) -> None:
+    secret = f"tenant-{CS_GINA}-kubeconfig"
+    pipeline.kubectl("create", "secret", "generic", secret, "-n", TENANT_NAMESPACE, "--from-literal=kubeconfig=mine")
+    before = json.loads(pipeline.kubectl("get", "secret", secret, "-n", TENANT_NAMESPACE, "-o", "json"))
+    apply(pipeline, "gina", CS_GINA)
+    failed = wait_for("gina Failed", lambda: phase_of(kube, "gina", "Failed"), timeout=60)
+    assert f"Secret {TENANT_NAMESPACE}/{secret} exists but was not made by kubeopera-tenants" in failed.status.message
+    after = json.loads(pipeline.kubectl("get", "secret", secret, "-n", TENANT_NAMESPACE, "-o", "json"))
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert patches_for(pipeline, CS_GINA) == []
+    delete_and_wait_gone(pipeline, kube, "gina")
+    assert exists(pipeline, "secret", secret, "-n", TENANT_NAMESPACE)
+    assert not exists(pipeline, "namespace", "vcluster-gina")
+
+
+def test_deleting_mid_provisioning_cleans_up(pipeline: Stack, kube: Kube) -> None:
+    apply(pipeline, "stuck-hal", CS_HAL)
+    wait_for("stuck-hal Provisioning", lambda: phase_of(kube, "stuck-hal", "Provisioning"), timeout=60)
+    delete_and_wait_gone(pipeline, kube, "stuck-hal")
+    assert not exists(pipeline, "namespace", "vcluster-stuck-hal")
+
+
+def test_deleting_when_the_namespace_is_gone_and_kubeopera_api_is_down(pipeline: Stack, kube: Kube) -> None:
+    provision(pipeline, kube, "ivy", CS_IVY)
+    pipeline.kubectl("delete", "namespace", "vcluster-ivy", "--wait=true", "--timeout=60s")
+    assert pipeline.api is not None
+    pipeline.api.set_mode("down")
+    try:
+        delete_and_wait_gone(pipeline, kube, "ivy")
+    finally:
+        pipeline.api.set_mode("ok")
+    assert not exists(pipeline, "secret", f"tenant-{CS_IVY}-kubeconfig", "-n", TENANT_NAMESPACE)
+    assert "CallbackFailed" in reasons(pipeline, "ivy")
+
+
+def test_a_tenant_that_never_boots_fails_at_its_timeout_not_by_dead_letter(pipeline: Stack, kube: Kube) -> None:
+    apply(pipeline, "stuck-jo", CS_JO)
+    failed = wait_for("stuck-jo Failed", lambda: phase_of(kube, "stuck-jo", "Failed"), timeout=TIMEOUT_SECONDS + 40)
+    assert failed.status.message.startswith("vCluster not ready ")
+    assert f"after provisioning began (PROVISION_TIMEOUT_SECONDS={TIMEOUT_SECONDS})" in failed.status.message
+    assert "waiting for vcluster to write Secret vcluster-stuck-jo/vc-vc-stuck-jo" in failed.status.message
+    ready = failed.status.condition("Ready")
+    assert ready is not None and ready.reason == "ProvisionTimeout"
+    polls = [
+        a for a in pipeline.broker.deliveries() if a.trigger == "tenant-check-ready" and "stuck-jo" in (a.subject or "")
+    ]
+    assert len(polls) >= TIMEOUT_SECONDS // 2 - 2, "check-ready polled every 2 s"
+    assert polls[-1].status == 422
+    dead = [a for a in pipeline.broker.deliveries() if a.target == "dead-letter" and "stuck-jo" in (a.subject or "")]
+    # The 422 is dead-lettered as every permanent failure is, but the Tenant was already Failed
+    # with the timeout's own message and the dead letter changed nothing.
+    assert all(a.status == 204 for a in dead)
+    assert reasons(pipeline, "stuck-jo")[-1] == "ProvisionTimeout"
+
+
+def test_a_tenant_made_by_the_previous_version_is_adopted_once(pipeline: Stack, kube: Kube) -> None:
+    """The upgrade path: a namespace and release labelled as the version before ownership labelled
+    them (the Tenant's name and cloudSpaceID, no uid) are this Tenant's; they get the uid once."""
+    legacy_namespace(pipeline, "kim", CS_KIM)
+    old_values = {
+        "controlPlane": {
+            "distro": {"k3s": {"enabled": True}},
+            "statefulSet": {
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+                "labels": {
+                    "kubeopera.io/environment": "local",
+                    "kubeopera.io/tenant": "kim",
+                    "kubeopera.io/tenant-id": CS_KIM,
+                },
+            },
+        },
+        "sync": {"toHost": {"ingresses": {"enabled": True}, "serviceAccounts": {"enabled": True}}},
+        "exportKubeConfig": {"server": "https://vc-kim.vcluster-kim:443"},
+    }
+    values_file = pipeline.run_dir / "kim-old-values.yaml"
+    values_file.write_text(yaml.safe_dump(old_values))
+    helm(
+        pipeline,
+        "install",
+        "vc-kim",
+        pipeline.chart_ref,
+        "--version",
+        "0.21.2",
+        "-n",
+        "vcluster-kim",
+        "-f",
+        str(values_file),
+    )
+    kim = provision(pipeline, kube, "kim", CS_KIM)
+    labels = json.loads(pipeline.kubectl("get", "namespace", "vcluster-kim", "-o", "json"))["metadata"]["labels"]
+    assert labels["kubeopera.io/owner-uid"] == kim.uid
+    history = helm(pipeline, "history", "vc-kim", "-n", "vcluster-kim")
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "deployed")]
+    values = helm(pipeline, "get", "values", "vc-kim", "-n", "vcluster-kim")
+    assert values["controlPlane"]["statefulSet"]["labels"]["kubeopera.io/owner-uid"] == kim.uid
+
+
+def test_install_failing_in_helm_is_dead_lettered_to_failed(pipeline: Stack, kube: Kube) -> None:
+    """A release that cannot install (an object of the chart's already in this Tenant's own
+    namespace) is retried, then dead-lettered: the Tenant is Failed with helm's reason."""
+    legacy_namespace(pipeline, "lee", CS_LEE)
+    pipeline.kubectl("create", "serviceaccount", "vc-vc-lee", "-n", "vcluster-lee")
+    apply(pipeline, "lee", CS_LEE)
+    failed = wait_for("lee Failed", lambda: phase_of(kube, "lee", "Failed"), timeout=90)
+    assert "could not be delivered to tenant-install" in failed.status.message
+    assert "exists" in failed.status.message
+    assert reasons(pipeline, "lee")[-1] == "DeliveryFailed"
+
+
+def test_the_stuck_release_tenant_is_cleaned_even_after_failing(pipeline: Stack, kube: Kube) -> None:
+    """A Failed Tenant (its vCluster never booted) is deleted with everything it made."""
+    if kube.get_tenant(TENANT_NAMESPACE, "stuck-jo") is None:
+        apply(pipeline, "stuck-jo", CS_JO)
+        wait_for("stuck-jo Failed", lambda: phase_of(kube, "stuck-jo", "Failed"), timeout=TIMEOUT_SECONDS + 40)
+    delete_and_wait_gone(pipeline, kube, "stuck-jo")
+    assert not exists(pipeline, "namespace", "vcluster-stuck-jo")
+    assert not [r for r in helm(pipeline, "list", "--all-namespaces", "--all") if r["name"] == "vc-stuck-jo"]
+
+
+# What the RBAC of deploy/ grants and the module's run never used. Every function's rules must
+# all be used, with one documented exception: install must hold what the real vcluster chart's
+# Role grants (Kubernetes' escalation check on creating a Role), which it never uses itself.
+INSTALL_ESCALATION_ONLY = {
+    ("", "pods"),
+    ("", "pods/attach"),
+    ("", "pods/portforward"),
+    ("", "pods/exec"),
+    ("", "persistentvolumeclaims"),
+    ("", "pods/status"),
+    ("", "pods/ephemeralcontainers"),
+    ("", "endpoints"),
+    ("", "events"),
+    ("", "pods/log"),
+    ("apps", "replicasets"),
+    ("apps", "deployments"),
+    ("networking.k8s.io", "ingresses"),
+}
+
+
+# The chart's Role also grants every verb on the kinds helm manages (templates/role.yaml), so
+# install holds them for the escalation check even where this run's helm did not need them
+# (delete: only an upgrade that drops an object; watch: never, install runs without --wait).
+INSTALL_CHART_VERBS_NOT_EXERCISED: set[tuple[str, str, str]] = set()
+
+
+def granted(service: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every rule of the function's Role and ClusterRole."""
+    path = REPO / "deploy" / "base" / "rbac" / f"{service}.yaml"
+    out = set()
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc["kind"] in ("Role", "ClusterRole"):
+            for rule in doc["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        for verb in rule["verbs"]:
+                            out.add((group, resource, verb))
+    return out
+
+
+def used(audit_log: Path, service: str) -> set[tuple[str, str, str]]:
+    user = f"system:serviceaccount:{TENANT_NAMESPACE}:{service}"
+    out = set()
+    for line in audit_log.read_text().splitlines():
+        entry = json.loads(line)
+        ref = entry.get("objectRef")
+        if entry["user"]["username"] != user or not ref or entry.get("stage") != "ResponseComplete":
+            continue
+        if entry.get("responseStatus", {}).get("code") in (401, 403):
+            continue  # refused: not a use of any rule
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        out.add((ref.get("apiGroup", ""), resource, entry["verb"]))
+    return out
+
+
+def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
+    """Runs after the lifecycle tests: the audit log of everything the module did, against
+    deploy/base/rbac. Events' get and patch fold a repeated Event into a count; every function
+    records Events through the same code (Kube.record_event), and the fold must have run at
+    least once, for some function."""
+    assert pipeline.control_plane is not None
+    audit_log = pipeline.control_plane.audit_log
+    uses = {service: used(audit_log, service) for service in FUNCTIONS}
+    fold = {("", "events", "get"), ("", "events", "patch")}
+    assert fold <= set().union(*uses.values()), "no repeated Event was folded into a count in this run"
+    unused = {}
+    for service in FUNCTIONS:
+        left = granted(service) - uses[service] - fold
+        if service == "tenant-install":
+            left = {(g, r, v) for g, r, v in left if (g, r) not in INSTALL_ESCALATION_ONLY}
+            left -= INSTALL_CHART_VERBS_NOT_EXERCISED
+        if left:
+            unused[service] = sorted(left)
+    assert unused == {}, f"RBAC rules no code used in this run: {unused}"
+
+
+def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubeconfigs(pipeline: Stack) -> None:
+    """RBAC lets tenant-cleanup delete namespaces and Secrets cluster-wide; the admission policy
+    of deploy/base/policy confines it (the test bed applies both, as a cluster would)."""
+    pipeline.kubectl("create", "secret", "generic", "not-a-kubeconfig", "-n", TENANT_NAMESPACE, "--from-literal=a=b")
+    write = kubectl_as(
+        pipeline,
+        pipeline.function_kubeconfigs["tenant-cleanup"],
+        "delete",
+        "namespace",
+        "kube-public",
+    )
+    assert write.returncode != 0 and "tenant-cleanup may only change vcluster-*" in write.stderr
+    internal = kubectl_as(
+        pipeline,
+        pipeline.function_kubeconfigs["tenant-cleanup"],
+        "delete",
+        "secret",
+        "not-a-kubeconfig",
+        "-n",
+        TENANT_NAMESPACE,
+    )
+    assert internal.returncode != 0 and "tenant-*-kubeconfig" in internal.stderr
+    assert exists(pipeline, "namespace", "kube-public")
+    assert exists(pipeline, "secret", "not-a-kubeconfig", "-n", TENANT_NAMESPACE)
