@@ -121,7 +121,11 @@ def test_readiness_poll_waits_15s_between_checks(pipeline: Stack, alice: Tenant)
     assert statuses == [503, 503, 200], statuses
     times = [a.clock for a in checks]
     gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
-    assert all(POLL_SECONDS - 0.5 <= gap <= POLL_SECONDS + 3 for gap in gaps), gaps
+    # Behaviour, not speed: each re-delivery waited for the Retry-After (it is not an immediate
+    # retry, nor an exponential backoff that doubles). The range is wide on purpose, so a loaded
+    # machine cannot fail it; the measured gaps go to the test's output.
+    print(f"check-ready poll gaps: {[round(g, 2) for g in gaps]} s (Retry-After {POLL_SECONDS} s)")
+    assert all(POLL_SECONDS * 0.7 <= gap <= POLL_SECONDS * 1.7 for gap in gaps), gaps
 
 
 def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: Kube, alice: Tenant) -> None:
