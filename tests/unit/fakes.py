@@ -1,0 +1,393 @@
+"""Small in-memory stand-ins for the two adapters (``shared.kube.Kube``, ``shared.helm.Helm``) and
+for kubeopera-api, so the functions' decisions run as they are, in milliseconds.
+
+They keep plain data (a Tenant is the dict the API server would return) and answer the way the
+real adapters do: Tenants come back as ``Tenant.from_object``, a status write applies
+``StatusUpdate.patch_for`` and is refused with ``Conflict`` when the resourceVersion moved on and
+with ``TenantGone`` when the Tenant was deleted, Events fold repeats into a count, a helm guard
+sees the release's current values. They decide nothing a function decides; every write is
+counted and journaled in order, so a test can say what happened and in which order.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from shared.errors import Conflict, TemporaryError, TenantGone
+from shared.helm import DEPLOYED, PENDING_STATES, Guard, ReleaseState
+from shared.kube import NamespaceInfo, StoredSecret
+from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
+from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
+
+TENANT_NAMESPACE = "kubeopera-system"
+USER_ID = "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b"
+CHART_VERSION = "0.21.2"
+DELETED_AT = "2026-11-30T13:00:00Z"
+
+# The fields the CRD makes selectable (deploy/crd/tenants.yaml), as list_tenants supports them.
+_SELECTABLE = {"spec.tenantName": "tenantName", "spec.cloudSpaceID": "cloudSpaceID"}
+
+
+def tenant_object(
+    name: str,
+    cloud_space_id: str,
+    *,
+    tenant_name: str | None = None,
+    namespace: str = TENANT_NAMESPACE,
+    uid: str | None = None,
+    created: str = "2026-11-30T12:00:00Z",
+    status: Mapping[str, Any] | None = None,
+    finalizers: list[str] | None = None,
+) -> dict[str, Any]:
+    """A Tenant as the API server returns it (before ``FakeKube.add_tenant`` versions it)."""
+    obj: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or f"uid-{namespace}-{name}",
+            "generation": 1,
+            "creationTimestamp": created,
+        },
+        "spec": {
+            "userID": USER_ID,
+            "tenantName": tenant_name or name,
+            "cloudSpaceID": cloud_space_id,
+            "quota": {"cpu": "2", "memory": "4Gi"},
+        },
+    }
+    if status:
+        obj["status"] = dict(status)
+    if finalizers:
+        obj["metadata"]["finalizers"] = list(finalizers)
+    return obj
+
+
+def ref_of(obj: Mapping[str, Any]) -> TenantRef:
+    meta = obj["metadata"]
+    return TenantRef(meta["namespace"], meta["name"], meta["uid"], meta.get("generation", 0))
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """JSON merge patch (RFC 7386): objects merge, everything else (lists too) is replaced."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class FakeKube:
+    """The ``Kube`` methods the functions call, on dicts. Set-up helpers (``add_*``, ``delete_tenant``,
+    ``set_phase``, ``finish_namespace_deletion``) act as a person or the API server would and are
+    neither counted nor journaled."""
+
+    def __init__(self) -> None:
+        self.tenants: dict[tuple[str, str], dict[str, Any]] = {}
+        self.namespaces: dict[str, dict[str, Any]] = {}  # name -> {"labels": {...}, "terminating": bool}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}  # -> {"labels", "data", "resourceVersion"}
+        self.events: list[dict[str, Any]] = []  # one per (uid, reason, message); repeats raise "count"
+        self.calls: Counter[str] = Counter()  # every adapter method called, reads included
+        self.writes: Counter[str] = Counter()  # the write methods called
+        self.journal: list[tuple[str, str]] = []  # writes in order (FakeHelm adds its own): (what, on what)
+        self._version = 100
+
+    # set-up, as a person or the API server ----------------------------------------------------
+
+    def _next_version(self) -> str:
+        self._version += 1
+        return str(self._version)
+
+    def add_tenant(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = self._next_version()
+        self.tenants[(stored["metadata"]["namespace"], stored["metadata"]["name"])] = stored
+        return copy.deepcopy(stored)
+
+    def tenant_dict(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.tenants.get((namespace, name))
+        return None if found is None else copy.deepcopy(found)
+
+    def delete_tenant(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """``kubectl delete``: with finalizers the Tenant gets a deletionTimestamp (and, as the API
+        server does, a new generation); without, it is gone. Returns what the watch would send."""
+        obj = self.tenants[(namespace, name)]
+        if not obj["metadata"].get("finalizers"):
+            del self.tenants[(namespace, name)]
+            return None
+        obj["metadata"]["deletionTimestamp"] = DELETED_AT
+        obj["metadata"]["generation"] += 1
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        return copy.deepcopy(obj)
+
+    def set_phase(self, namespace: str, name: str, phase: str) -> dict[str, Any]:
+        """``kubectl patch --subresource=status`` of the phase (the runbook's retry)."""
+        obj = self.tenants[(namespace, name)]
+        obj.setdefault("status", {})["phase"] = phase
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        return copy.deepcopy(obj)
+
+    def edit_spec(self, namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+        """``kubectl edit`` of the spec: a new generation."""
+        obj = self.tenants[(namespace, name)]
+        _merge(obj["spec"], spec)
+        obj["metadata"]["generation"] += 1
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        return copy.deepcopy(obj)
+
+    def add_namespace(self, name: str, labels: Mapping[str, str], terminating: bool = False) -> None:
+        self.namespaces[name] = {"labels": dict(labels), "terminating": terminating}
+
+    def finish_namespace_deletion(self, name: str) -> None:
+        """The namespace controller is done: a terminating namespace disappears."""
+        assert self.namespaces[name]["terminating"], f"namespace {name} is not being deleted"
+        del self.namespaces[name]
+
+    def add_secret(self, namespace: str, name: str, data: Mapping[str, bytes], labels: Mapping[str, str]) -> None:
+        self.secrets[(namespace, name)] = {
+            "labels": dict(labels),
+            "data": dict(data),
+            "resourceVersion": self._next_version(),
+        }
+
+    def event(self, reason: str) -> dict[str, Any]:
+        """The one Event with ``reason`` (fails the test if there are none or several)."""
+        found = [e for e in self.events if e["reason"] == reason]
+        assert len(found) == 1, f"expected one {reason} Event, found {found}"
+        return found[0]
+
+    def event_reasons(self) -> list[str]:
+        return [e["reason"] for e in self.events]
+
+    # Tenants ------------------------------------------------------------------------------------
+
+    def _write(self, what: str, target: str) -> None:
+        self.writes[what] += 1
+        self.journal.append((what, target))
+
+    def _stored_for_write(self, tenant: Tenant, resource_version: str | None) -> dict[str, Any]:
+        obj = self.tenants.get((tenant.namespace, tenant.name))
+        if obj is None or obj["metadata"]["uid"] != tenant.uid:
+            raise TenantGone(f"tenant {tenant.key} was deleted meanwhile")
+        if resource_version and obj["metadata"]["resourceVersion"] != resource_version:
+            raise Conflict(f"tenant {tenant.key}: conflict (resourceVersion {resource_version} is stale)")
+        return obj
+
+    def get_tenant(self, namespace: str, name: str) -> Tenant | None:
+        self.calls["get_tenant"] += 1
+        obj = self.tenants.get((namespace, name))
+        return None if obj is None else Tenant.from_object(copy.deepcopy(obj))
+
+    def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
+        self.calls["list_tenants"] += 1
+        key, _, value = field_selector.partition("=")
+        if key not in _SELECTABLE or not value:
+            raise ValueError(f"field selector {field_selector!r} is not a selectable field of Tenants")
+        return [
+            Tenant.from_object(copy.deepcopy(obj))
+            for (ns, _name), obj in sorted(self.tenants.items())
+            if ns == namespace and obj["spec"].get(_SELECTABLE[key]) == value
+        ]
+
+    def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant:
+        self.calls["patch_tenant_status"] += 1
+        body = update.patch_for(tenant)
+        obj = self._stored_for_write(tenant, body.get("metadata", {}).get("resourceVersion"))
+        _merge(obj.setdefault("status", {}), body["status"])
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        self._write("status", f"{tenant.key}:{body['status'].get('phase', '')}")
+        return Tenant.from_object(copy.deepcopy(obj))
+
+    def set_finalizer(self, tenant: Tenant, present: bool) -> Tenant:
+        self.calls["set_finalizer"] += 1
+        obj = self._stored_for_write(tenant, tenant.resource_version)
+        others = [f for f in tenant.finalizers if f != FINALIZER]
+        obj["metadata"]["finalizers"] = [*others, FINALIZER] if present else others
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        self._write("finalizer+" if present else "finalizer-", tenant.key)
+        result = Tenant.from_object(copy.deepcopy(obj))
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"]["finalizers"]:
+            del self.tenants[(tenant.namespace, tenant.name)]  # the API server finishes the deletion
+        return result
+
+    # Events -------------------------------------------------------------------------------------
+
+    def record_event(self, tenant: Tenant, event: TenantEvent) -> None:
+        self.calls["record_event"] += 1
+        self._write("event", event.reason)
+        for known in self.events:
+            if (known["uid"], known["reason"], known["message"]) == (tenant.uid, event.reason, event.message):
+                known["count"] += 1
+                return
+        self.events.append(
+            {
+                "tenant": tenant.key,
+                "uid": tenant.uid,
+                "type": event.type,
+                "reason": event.reason,
+                "message": event.message,
+                "count": 1,
+            }
+        )
+
+    # Namespaces ---------------------------------------------------------------------------------
+
+    def get_namespace(self, name: str) -> NamespaceInfo | None:
+        self.calls["get_namespace"] += 1
+        found = self.namespaces.get(name)
+        return None if found is None else NamespaceInfo(dict(found["labels"]), found["terminating"])
+
+    def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
+        self.calls["create_namespace"] += 1
+        if name in self.namespaces:
+            return False
+        self._write("namespace create", name)
+        self.namespaces[name] = {"labels": dict(labels), "terminating": False}
+        return True
+
+    def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        self.calls["label_namespace"] += 1
+        if name not in self.namespaces:
+            raise LookupError(f"namespace {name} not found")
+        self._write("namespace label", name)
+        self.namespaces[name]["labels"].update(labels)
+
+    def delete_namespace(self, name: str) -> None:
+        self.calls["delete_namespace"] += 1
+        if name in self.namespaces:
+            self._write("namespace delete", name)
+            self.namespaces[name]["terminating"] = True
+
+    # Secrets ------------------------------------------------------------------------------------
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
+        self.calls["read_secret_key"] += 1
+        found = self.secrets.get((namespace, name))
+        return (found["data"].get(key) or None) if found is not None else None
+
+    def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
+        self.calls["get_secret"] += 1
+        found = self.secrets.get((namespace, name))
+        if found is None:
+            return None
+        return StoredSecret(dict(found["labels"]), dict(found["data"]), found["resourceVersion"])
+
+    def write_secret(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, bytes],
+        labels: Mapping[str, str],
+        resource_version: str | None,
+    ) -> None:
+        self.calls["write_secret"] += 1
+        current = self.secrets.get((namespace, name))
+        if resource_version is None and current is not None:
+            raise Conflict(f"create secret {namespace}/{name}: conflict (AlreadyExists)")
+        if resource_version is not None and (current is None or current["resourceVersion"] != resource_version):
+            raise Conflict(f"replace secret {namespace}/{name}: conflict (resourceVersion {resource_version} is stale)")
+        self._write("secret write", f"{namespace}/{name}")
+        self.secrets[(namespace, name)] = {
+            "labels": dict(labels),
+            "data": dict(data),
+            "resourceVersion": self._next_version(),
+        }
+
+    def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
+        self.calls["delete_secret"] += 1
+        current = self.secrets.get((namespace, name))
+        if current is None:
+            return
+        if current["resourceVersion"] != resource_version:
+            raise Conflict(f"delete secret {namespace}/{name}: conflict (precondition failed)")
+        self._write("secret delete", f"{namespace}/{name}")
+        del self.secrets[(namespace, name)]
+
+
+class FakeHelm:
+    """Releases as ``{"values", "revision", "status"}``. Like the adapter, a guard sees the current
+    values (None: no release) before anything changes, a deployed release with the same values is
+    not touched again, and a pending one is busy. With a ``FakeKube`` it refuses to install into a
+    namespace that does not exist (install uses ``create_namespace=False``) and journals there."""
+
+    def __init__(self, kube: FakeKube | None = None) -> None:
+        self.kube = kube
+        self.releases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.operations: list[tuple[str, str]] = []  # ("install" | "upgrade" | "uninstall", "ns/name")
+        self.calls: Counter[str] = Counter()
+
+    def add_release(
+        self, name: str, namespace: str, values: Mapping[str, Any], status: str = DEPLOYED, revision: int = 1
+    ) -> None:
+        self.releases[(namespace, name)] = {
+            "values": copy.deepcopy(dict(values)),
+            "revision": revision,
+            "status": status,
+        }
+
+    def values_of(self, name: str, namespace: str) -> dict[str, Any]:
+        return copy.deepcopy(self.releases[(namespace, name)]["values"])
+
+    def _state(self, name: str, namespace: str) -> ReleaseState:
+        found = self.releases[(namespace, name)]
+        return ReleaseState(name, namespace, found["revision"], found["status"], CHART_VERSION)
+
+    def _operate(self, op: str, name: str, namespace: str) -> None:
+        self.operations.append((op, f"{namespace}/{name}"))
+        if self.kube is not None:
+            self.kube.journal.append((f"helm {op}", f"{namespace}/{name}"))
+
+    def release(self, name: str, namespace: str) -> ReleaseState | None:
+        self.calls["release"] += 1
+        return self._state(name, namespace) if (namespace, name) in self.releases else None
+
+    def install_or_upgrade(
+        self, name: str, namespace: str, values: Mapping[str, Any], guard: Guard = None
+    ) -> ReleaseState:
+        self.calls["install_or_upgrade"] += 1
+        current = self.releases.get((namespace, name))
+        if guard is not None:
+            guard(None if current is None else copy.deepcopy(current["values"]))
+        if current is not None and current["status"] in PENDING_STATES:
+            raise TemporaryError(f"release {namespace}/{name} is {current['status']}", retry_after=5)
+        if current is not None and current["status"] == DEPLOYED and current["values"] == dict(values):
+            return self._state(name, namespace)
+        if self.kube is not None and namespace not in self.kube.namespaces:
+            raise TemporaryError(f'helm upgrade --install {namespace}/{name}: namespaces "{namespace}" not found')
+        revision = 1 if current is None else current["revision"] + 1
+        self._operate("install" if current is None else "upgrade", name, namespace)
+        self.releases[(namespace, name)] = {
+            "values": copy.deepcopy(dict(values)),
+            "revision": revision,
+            "status": DEPLOYED,
+        }
+        return self._state(name, namespace)
+
+    def uninstall(self, name: str, namespace: str, guard: Guard = None) -> bool:
+        self.calls["uninstall"] += 1
+        current = self.releases.get((namespace, name))
+        if current is None:
+            return False
+        if guard is not None:
+            guard(copy.deepcopy(current["values"]))
+        self._operate("uninstall", name, namespace)
+        del self.releases[(namespace, name)]
+        return True
+
+
+class FakeKubeoperaApi:
+    """kubeopera-api's client: records each report and answers ``result``."""
+
+    def __init__(self, result: CallbackResult | None = None) -> None:
+        self.result = result or CallbackResult(True, "answered 200")
+        self.reports: list[CloudSpaceUpdate] = []
+
+    def report(self, update: CloudSpaceUpdate, traceparent: str = "") -> CallbackResult:
+        self.reports.append(update)
+        return self.result
