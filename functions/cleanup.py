@@ -18,7 +18,9 @@ acknowledged at once, without an API call. For one that is:
    and the finalizer is removed, which lets the API server delete the Tenant.
 
 Every step is safe to repeat; a Tenant that never got far (no namespace, no Secret), is Failed,
-or whose namespace is already gone goes straight to step 4.
+or whose namespace is already gone goes straight to step 4. A cleanup that the broker gave up on
+(dead-lettered: Failed, reason ``CleanupFailed``) waits, as every Failed Tenant does, until its
+phase is patched to Pending (``kubeopera-tenants retry``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, leg
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import Phase, StatusUpdate, Tenant, TenantEvent, TenantRef, rfc3339, utcnow
+from shared.tenant import COND_READY, Phase, StatusUpdate, Tenant, TenantEvent, TenantRef, rfc3339, utcnow
 
 NAME = "cleanup"
 CLEANUP_FAILED = "CleanupFailed"
@@ -54,6 +56,14 @@ def shows_deletion(event: BaseCloudEvent) -> bool:
     return isinstance(meta, dict) and bool(meta.get("deletionTimestamp"))
 
 
+def gave_up(tenant: Tenant) -> bool:
+    """Cleanup failed (dead-lettered: reason CleanupFailed): like any Failed Tenant it waits for
+    a person, who fixes the cause and patches the phase to Pending (``kubeopera-tenants retry``).
+    Without this, the very status write that says so would start cleanup again at once."""
+    ready = tenant.status.condition(COND_READY)
+    return tenant.status.phase == Phase.FAILED and ready is not None and ready.reason == CLEANUP_FAILED
+
+
 def owned(verdict: Verdict) -> bool:
     return verdict.claim in (Claim.OURS, Claim.ADOPT)
 
@@ -66,6 +76,9 @@ def handle(
     tenant = kube.get_tenant(ref.namespace, ref.name)
     if tenant is None or tenant.uid != ref.uid or not tenant.deleting or not tenant.has_finalizer:
         log.info("nothing to clean up (tenant gone, replaced, not being deleted, or already cleaned)")
+        return None
+    if gave_up(tenant):
+        log.info("cleanup failed before; it waits for its phase to be patched to Pending")
         return None
     if tenant.status.phase != Phase.DELETING:
         tenant = write_status(

@@ -60,12 +60,14 @@ def is_settled(tenant: Tenant) -> bool:
 
 
 def skip_reason(tenant: Tenant) -> str | None:
-    """Why install leaves this Tenant alone, or None if it has work to do."""
+    """Why install leaves this Tenant alone, or None if it has work to do. A settled Tenant
+    without the finalizer was provisioned by the version before ownership: it goes through
+    install once more, which adds the finalizer and the owner labels (one helm revision)."""
     if tenant.deleting:
         return "tenant is being deleted; cleanup's work"
     if tenant.status.phase == Phase.FAILED:
         return "tenant is Failed; it waits for its phase to be patched to Pending"
-    if is_settled(tenant):
+    if is_settled(tenant) and tenant.has_finalizer:
         return "tenant already provisioned for this generation"
     return None
 

@@ -16,7 +16,6 @@ from shared.testbed import toolchain
 
 from .manifests import DEPLOY, OVERLAYS, kustomize
 
-
 TOOL_FIXTURES = frozenset({"kubectl", "knative_check", "rendered", "installed_site"})
 
 
