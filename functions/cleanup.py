@@ -37,6 +37,7 @@ from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
+from shared.locks import release_lease
 from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
@@ -99,7 +100,8 @@ def handle(
     verdict = judge(None if namespace is None else namespace.labels, tenant, legacy_namespace_labels(tenant))
     if namespace is not None and owned(verdict):
         if not namespace.terminating:
-            helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
+            with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
+                helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
             kube.delete_namespace(names.namespace)
             log.info("namespace deletion started", extra={"namespace": names.namespace})
         waiting.append(f"namespace {names.namespace} to be deleted")

@@ -13,7 +13,9 @@ already provisioned for its current generation. Otherwise, in this order:
 4. namespace ``vcluster-{tenantName}`` is created with the owner labels (or, made by this very
    Tenant before ownership labels existed, given them once);
 5. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
-   if it already has these values);
+   if it already has these values), holding the release's Lease (``shared.locks``) so that one
+   helm operation runs per release across every install pod; a release a killed helm left
+   pending for longer than ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.helm``);
 6. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 """
 
@@ -29,6 +31,7 @@ from shared.errors import TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
+from shared.locks import release_lease
 from shared.ownership import Claim, namespace_labels
 from shared.reconcile import first_sight, live_tenant, write_status
 from shared.runtime import Runtime
@@ -91,12 +94,13 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
     if namespace.claim == Claim.ADOPT:
         kube.label_namespace(names.namespace, namespace_labels(tenant))
         log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
-    release = helm.install_or_upgrade(
-        names.release,
-        names.namespace,
-        vcluster_values(tenant, settings.environment),
-        guard=claims.release_guard(kube, tenant),
-    )
+    with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
+        release = helm.install_or_upgrade(
+            names.release,
+            names.namespace,
+            vcluster_values(tenant, settings.environment),
+            guard=claims.release_guard(kube, tenant),
+        )
     message = f"helm release {names.release} revision {release.revision} is {release.status}; waiting for the vCluster"
     write_status(
         kube,

@@ -8,7 +8,14 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
   release's current ones and returns the current revision when they are equal, so a re-delivered
   event does not create a new helm revision.
 - **One helm operation per release at a time** inside a process (a lock per release); across
-  processes helm's own pending states refuse a second operation, which we report as temporary.
+  processes (install scales to several pods) the caller holds a Lease in the release namespace
+  (``shared.leases``), and helm's own pending states refuse a second operation anyway.
+- **Stuck releases recovered.** A helm process killed mid-operation leaves the release
+  ``pending-install``, ``pending-upgrade`` or ``pending-rollback`` for ever, and helm refuses every
+  later operation on it (design.md section 5). One whose last update is older than
+  ``stuck_after`` seconds is recovered before the new operation: a pending install is uninstalled
+  (and installed again), a pending upgrade or rollback is rolled back to the revision before it
+  (and upgraded again). A younger one is "another operation in progress": temporary.
 - **Errors by kind.** A schema or render failure and a missing chart are permanent; a
   connection failure, a release busy in another operation and anything unknown are temporary.
 """
@@ -22,6 +29,7 @@ import shutil
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +55,7 @@ class ReleaseState:
     revision: int
     status: str
     chart_version: str
+    updated: datetime | None = None
 
     @property
     def deployed(self) -> bool:
@@ -86,8 +95,10 @@ class Helm:
         *,
         executable: str = "helm",
         kubeconfig: Path | None = None,
+        stuck_after: float = 180.0,
     ) -> None:
         self._chart_ref = chart_ref
+        self._stuck_after = stuck_after
         self._chart_version = chart_version
         self._cache_dir = chart_cache_dir
         self._client = pyhelm3.Client(executable=executable, kubeconfig=kubeconfig, default_timeout="5m")
@@ -155,16 +166,36 @@ class Helm:
             return None
         return revision, dict(await revision.values() or {})
 
+    async def _recover(self, name: str, namespace: str, revision: Any) -> tuple[Any, dict[str, Any]] | None:
+        """Make a pending release workable again, or say it is busy; returns it as ``_current``."""
+        state = _state(name, namespace, revision)
+        how = stuck_verdict(state, datetime.now(UTC), self._stuck_after)
+        if how is None:
+            raise TemporaryError(
+                f"release {namespace}/{name} is {state.status}: another helm operation is in progress",
+                retry_after=5,
+            )
+        log.warning(
+            "recovering a stuck release",
+            extra={
+                "release": name,
+                "namespace": namespace,
+                "status": state.status,
+                "revision": state.revision,
+                "how": how,
+            },
+        )
+        if how == "uninstall":
+            await revision.release.uninstall(wait=False)
+        else:
+            await revision.release.rollback(wait=False)
+        return await self._current(name, namespace)
+
     async def _unchanged(
         self, name: str, namespace: str, revision: Any, current: Mapping[str, Any], values: Mapping[str, Any]
     ) -> ReleaseState | None:
         """The current state if the release already runs the pinned chart with ``values``."""
         state = _state(name, namespace, revision)
-        if state.pending:
-            raise TemporaryError(
-                f"release {namespace}/{name} is {state.status}: another helm operation is in progress",
-                retry_after=5,
-            )
         if not state.deployed:
             return None
         metadata = await revision.chart_metadata()
@@ -186,6 +217,8 @@ class Helm:
                 found = _run(self._current(name, namespace))
                 if guard is not None:
                     guard(None if found is None else found[1])
+                if found is not None and _state(name, namespace, found[0]).pending:
+                    found = _run(self._recover(name, namespace, found[0]))
                 if found is not None:
                     unchanged = _run(self._unchanged(name, namespace, found[0], found[1], values))
                     if unchanged is not None:
@@ -226,13 +259,25 @@ class Helm:
 
 def _state(name: str, namespace: str, revision: Any) -> ReleaseState:
     meta = revision.chart_metadata_  # present after install/upgrade, absent after `helm status`
+    updated = revision.updated if isinstance(revision.updated, datetime) else None
     return ReleaseState(
         name=name,
         namespace=namespace,
         revision=int(revision.revision),
         status=str(revision.status.value),
         chart_version=str(meta.version) if meta is not None else "",
+        updated=updated if updated is None or updated.tzinfo else updated.replace(tzinfo=UTC),
     )
+
+
+def stuck_verdict(state: ReleaseState, now: datetime, stuck_after: float) -> str | None:
+    """How to recover a pending release (``uninstall`` or ``rollback``), None if it is not stuck
+    (not pending, or younger than ``stuck_after``: another operation may still be running)."""
+    if not state.pending:
+        return None
+    if state.updated is not None and (now - state.updated).total_seconds() < stuck_after:
+        return None
+    return "uninstall" if state.status in ("pending-install", "uninstalling") else "rollback"
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -17,6 +17,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -96,6 +97,7 @@ class Kube:
         # treats answers as Any and converts them to this project's values right here.
         self._core: Any = k8s.CoreV1Api(api_client)
         self._custom: Any = k8s.CustomObjectsApi(api_client)
+        self._coordination: Any = k8s.CoordinationV1Api(api_client)
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Kube:
@@ -272,6 +274,53 @@ class Kube:
         except ApiException as err:
             if err.status != 404:
                 raise
+
+    # Leases -------------------------------------------------------------------------------
+
+    def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> str | None:
+        """Hold Lease ``name`` for ``seconds`` if it is free, expired or already ``holder``'s;
+        return the resourceVersion of our hold (for ``release_lease``), None if someone else has it."""
+        now = datetime.now(UTC)
+        spec = k8s.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=seconds, acquire_time=now, renew_time=now)
+        body: Any = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), spec=spec)
+        try:
+            made = _call(
+                f"create lease {namespace}/{name}", lambda: self._coordination.create_namespaced_lease(namespace, body)
+            )
+            return str(made.metadata.resource_version)
+        except Conflict:
+            pass
+        current = _call(
+            f"get lease {namespace}/{name}", lambda: self._coordination.read_namespaced_lease(name, namespace)
+        )
+        held = current.spec.holder_identity
+        renewed = current.spec.renew_time or current.spec.acquire_time
+        expired = renewed is None or (now - renewed).total_seconds() > (current.spec.lease_duration_seconds or 0)
+        if held and held != holder and not expired:
+            return None
+        body.metadata.resource_version = current.metadata.resource_version
+        try:
+            taken = _call(
+                f"take over lease {namespace}/{name}",
+                lambda: self._coordination.replace_namespaced_lease(name, namespace, body),
+            )
+        except Conflict:
+            return None  # someone else took it first
+        return str(taken.metadata.resource_version)
+
+    def release_lease(self, namespace: str, name: str, resource_version: str) -> None:
+        """Give up our hold (the version ``acquire_lease`` returned); gone or taken over is fine."""
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
+        try:
+            _call(
+                f"delete lease {namespace}/{name}",
+                lambda: self._coordination.delete_namespaced_lease(name, namespace, body=options),
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        except Conflict:
+            pass  # expired and taken over by another holder: theirs now
 
     # Secrets ------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ class Runtime:
             self.settings.chart_version,
             self.settings.chart_cache_dir,
             executable=self.settings.helm_executable,
+            stuck_after=self.settings.stuck_release_seconds,
         )
 
     def kubeopera_api(self) -> KubeoperaApi:

@@ -40,6 +40,7 @@ class Settings:
     callback_timeout_seconds: float = 5.0
     ready_poll_seconds: int = 15
     cleanup_poll_seconds: int = 5
+    stuck_release_seconds: int = 180
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
 
@@ -84,6 +85,7 @@ class Settings:
             ),
             ready_poll_seconds=_poll(env, "READY_POLL_SECONDS", defaults.ready_poll_seconds),
             cleanup_poll_seconds=_poll(env, "CLEANUP_POLL_SECONDS", defaults.cleanup_poll_seconds),
+            stuck_release_seconds=_positive_int(env, "STUCK_RELEASE_SECONDS", defaults.stuck_release_seconds),
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
         )

@@ -96,6 +96,7 @@ class FakeKube:
         self.calls: Counter[str] = Counter()  # every adapter method called, reads included
         self.writes: Counter[str] = Counter()  # the write methods called
         self.journal: list[tuple[str, str]] = []  # writes in order (FakeHelm adds its own): (what, on what)
+        self.leases: dict[tuple[str, str], str] = {}  # (namespace, name) -> holder; a lock, not in the journal
         self._version = 100
 
     # set-up, as a person or the API server ----------------------------------------------------
@@ -263,6 +264,21 @@ class FakeKube:
         if name in self.namespaces:
             self._write("namespace delete", name)
             self.namespaces[name]["terminating"] = True
+
+    # Leases (the cross-process helm lock) ---------------------------------------------------------
+
+    def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> str | None:
+        self.calls["acquire_lease"] += 1
+        current = self.leases.get((namespace, name))
+        if current is not None and current != holder:
+            return None
+        self.leases[(namespace, name)] = holder
+        return holder  # stands for the resourceVersion of the hold
+
+    def release_lease(self, namespace: str, name: str, resource_version: str) -> None:
+        self.calls["release_lease"] += 1
+        if self.leases.get((namespace, name)) == resource_version:
+            del self.leases[(namespace, name)]
 
     # Secrets ------------------------------------------------------------------------------------
 

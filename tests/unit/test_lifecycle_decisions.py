@@ -1135,3 +1135,19 @@ def test_an_install_refusal_over_http_is_422_and_the_tenant_is_failed(kube: Fake
     ready = live(kube, "bob-dev-2").status.condition("Ready")
     assert ready is not None and ready.reason == "OwnershipConflict"
     assert reconcile_total("install-unit", "error") == before + 1
+
+
+# one helm operation per release across processes ------------------------------------------------
+
+
+def test_install_waits_while_another_process_holds_the_release_lease(kube: FakeKube, helm: FakeHelm) -> None:
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    kube.leases[(BOB_NS, f"{BOB_RELEASE}-helm")] = "another-pod/1/1"
+    with pytest.raises(TemporaryError, match="another process is running helm on release vcluster-bob-dev/vc-bob-dev"):
+        run_install(kube, helm, obj)
+    assert helm.operations == []
+
+    del kube.leases[(BOB_NS, f"{BOB_RELEASE}-helm")]
+    assert run_install(kube, helm, current(kube, TENANT_NAMESPACE, "bob-dev")) is not None
+    assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
+    assert kube.leases == {}, "the Lease is given up after the helm operation"

@@ -1,0 +1,47 @@
+"""One helm operation per release across every process: a Lease in the release namespace.
+
+install scales to several pods, and the broker may deliver the same Tenant's events to two of
+them at once; helm's own pending states would refuse the second operation only after it started
+(and a refused upgrade is still a failed helm run). ``release_lease`` holds a
+``coordination.k8s.io/v1`` Lease named ``<release>-helm`` in the release namespace for the
+length of one helm operation: the first holder works, any other answers "another operation in
+progress" (temporary: the broker re-delivers). A holder that died (a killed pod) stops counting
+once the Lease's duration has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from shared.errors import TemporaryError, TenantError
+from shared.kube import Kube
+
+log = logging.getLogger(__name__)
+
+
+def holder_identity() -> str:
+    """This thread of this process of this pod."""
+    return f"{socket.gethostname()}/{os.getpid()}/{threading.get_ident()}"
+
+
+@contextmanager
+def release_lease(kube: Kube, namespace: str, release: str, seconds: int) -> Iterator[None]:
+    name = f"{release}-helm"
+    holder = holder_identity()
+    hold = kube.acquire_lease(namespace, name, holder, seconds)
+    if hold is None:
+        raise TemporaryError(
+            f"another process is running helm on release {namespace}/{release} (Lease {name})", retry_after=5
+        )
+    try:
+        yield
+    finally:
+        try:
+            kube.release_lease(namespace, name, hold)
+        except TenantError as err:  # it expires on its own; the operation's outcome matters more
+            log.warning("could not give the release Lease up", extra={"lease": name, "error": str(err)})
