@@ -5,8 +5,8 @@ vcluster chart, the kubeopera-api stand-in) and the checks that keep it honest.
 - ``testbed_supervisor`` (session): owns every long-running test bed process; its run folder
   holds their logs.
 - ``control_plane`` / ``kube_admin_kubeconfig`` (session): one API server per test session.
-- ``test_namespace`` (function): a fresh namespace per test, deleted afterwards (it stays
-  Terminating, as no controllers run).
+- ``test_namespace`` (function): a fresh namespace per test, deleted afterwards (the namespace
+  controller removes it and its content in the background; the fixture does not wait).
 - ``registry`` / ``chart_ref`` (session): the local OCI registry and the pushed stand-in chart.
 - ``helm_env`` (function): HELM_* variables pointing into the test's tmp folder, also set in
   ``os.environ`` (pyhelm3 passes the process environment on to helm).

@@ -1,15 +1,19 @@
-"""A real Kubernetes control plane on loopback: etcd plus kube-apiserver, as envtest runs them.
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver (as envtest runs them) and
+kube-controller-manager with the namespace and garbage-collector controllers.
 
 :func:`start_control_plane` makes a fresh PKI (see :mod:`shared.testbed.pki`), starts etcd and
 kube-apiserver on free 127.0.0.1 ports under a :class:`~shared.testbed.processes.Supervisor`,
 waits for ``/readyz`` (checked with the admin client certificate), writes an admin kubeconfig
-(user ``kubeopera-admin`` in ``system:masters``, certificate data embedded) and yields a
-:class:`ControlPlane`. Leaving the ``with`` block stops both processes.
+(user ``kubeopera-admin`` in ``system:masters``, certificate data embedded), then starts
+kube-controller-manager (:mod:`shared.testbed.controllers`, its own client certificate and
+kubeconfig, log ``kube-controller-manager.log``) and yields a :class:`ControlPlane`. Leaving the
+``with`` block stops all three.
 
 The API server runs with ``--authorization-mode=RBAC``, client-certificate authentication and a
 ServiceAccount key pair, so TokenRequest works (:func:`request_token`) and a function can be run
-as its own ServiceAccount through :func:`kubeconfig_for_token`. No controllers run: no pods, no
-token Secrets, no garbage collection, and a deleted namespace stays ``Terminating``.
+as its own ServiceAccount through :func:`kubeconfig_for_token`. Only two controllers run: a
+deleted namespace is emptied and goes away, and objects whose owner is deleted are garbage
+collected. Nothing else does: no pods, no ``default`` ServiceAccount, no token Secrets.
 
 This module talks to the API server through ``kubectl`` only; the ``kubernetes`` client is for
 ``shared/kube.py`` and the tests. Run ``python -m shared.testbed.controlplane`` to start one by
@@ -35,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from shared.testbed import pki
+from shared.testbed import controllers, pki
 from shared.testbed.processes import HttpProbe, ProcessSpec, Supervisor, Terminated, free_port, run
 from shared.testbed.toolchain import Toolchain, ensure_all
 
@@ -60,7 +64,7 @@ rules:
 
 @dataclass(frozen=True)
 class ControlPlane:
-    """A running etcd + kube-apiserver and the files needed to talk to it."""
+    """A running etcd + kube-apiserver (+ kube-controller-manager) and the files to talk to it."""
 
     url: str
     port: int
@@ -89,7 +93,8 @@ def start_control_plane(
     ready_timeout: float = 120.0,
     extra_apiserver_args: Sequence[str] = (),
 ) -> Iterator[ControlPlane]:
-    """Start etcd and kube-apiserver under ``workdir``; stop them when the block ends.
+    """Start etcd, kube-apiserver and kube-controller-manager under ``workdir``; stop them when
+    the block ends.
 
     With ``supervisor`` given, the processes belong to it (and it stops them at the latest when
     it closes); otherwise a supervisor of its own is used for the block.
@@ -195,6 +200,21 @@ def start_control_plane(
             audit_log=audit_log,
         )
         _wait_for_default_namespace(control_plane, ready_timeout)
+
+        controller_manager = controllers.start_controller_manager(
+            tools.kube_controller_manager,
+            kubeconfig_for_user(
+                control_plane,
+                controllers.USER,
+                controllers.GROUPS,
+                workdir / "kube-controller-manager" / "kubeconfig",
+            ),
+            control_plane.certificate_authority(),
+            workdir / "kube-controller-manager",
+            supervisor=sup,
+            ready_timeout=ready_timeout,
+        )
+        stack.callback(sup.stop, controller_manager)
         yield control_plane
 
 
@@ -299,12 +319,12 @@ def create_namespace(cp: ControlPlane, name: str, labels: dict[str, str] | None 
 
 
 def delete_namespace(cp: ControlPlane, name: str) -> None:
-    """Ask for the namespace's deletion; with no controllers running it stays Terminating."""
+    """Ask for the namespace's deletion (the namespace controller finishes it); do not wait."""
     kubectl(cp, "delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def create_service_account(cp: ControlPlane, namespace: str, name: str) -> None:
-    """Create a ServiceAccount (no controller runs, so nothing else appears with it)."""
+    """Create a ServiceAccount (no ServiceAccount controller runs: nothing else appears with it)."""
     kubectl(cp, "create", "serviceaccount", name, "-n", namespace)
 
 

@@ -1,8 +1,10 @@
 """Build the test bed's real binaries once, at pinned versions, into a cache outside the clone.
 
 Every external program the test bed and the local runner start comes from here: etcd,
-kube-apiserver and kubectl (from ``k8s.io/kubernetes`` through a wrapper module, because that
-module replaces its staging modules with local paths and cannot be ``go install``-ed), helm
+kube-apiserver, kubectl and kube-controller-manager (from ``k8s.io/kubernetes`` through a wrapper
+module, because that module replaces its staging modules with local paths and cannot be ``go
+install``-ed; the controller manager has a cache folder of its own, so adding it did not rebuild
+the others), helm
 (version-stamped so that ``pyhelm3.Client()`` can parse ``helm version``), an OCI registry
 (distribution v3) and the Knative ApiServerSource receive adapter. Versions live in
 ``VERSIONS`` and nowhere else.
@@ -11,7 +13,8 @@ Layout: ``$KUBEOPERA_TOOLS_CACHE`` (default ``~/.cache/kubeopera-tenants``)
 ``/tools/<name>-<version>/bin/<binary>``. A tool folder appears only when its build finished
 (built in a temporary folder, then renamed), so a warm run finds everything and builds
 nothing. ``KUBEBUILDER_ASSETS``, when set, supplies ``etcd``, ``kube-apiserver`` and
-``kubectl`` as envtest does.
+``kubectl`` as envtest does; envtest's assets carry no ``kube-controller-manager``, so that one is
+still built here.
 
 Run ``python -m shared.testbed.toolchain`` to build everything and print the paths.
 """
@@ -117,6 +120,16 @@ BUILDS: Mapping[str, GoBuild] = {
             ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
             ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
         ),
+        ldflags=_k8s_ldflags(KUBERNETES_VERSION),
+        replace_staging_of="k8s.io/kubernetes",
+    ),
+    # Same module and version as "kubernetes", but its own entry (and cache folder): caches that
+    # already hold kube-apiserver and kubectl keep them.
+    "kube-controller-manager": GoBuild(
+        name="kube-controller-manager",
+        version=KUBERNETES_VERSION,
+        requires=(("k8s.io/kubernetes", KUBERNETES_VERSION),),
+        packages=(("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),),
         ldflags=_k8s_ldflags(KUBERNETES_VERSION),
         replace_staging_of="k8s.io/kubernetes",
     ),
@@ -271,6 +284,7 @@ class Toolchain:
     etcd: Path
     kube_apiserver: Path
     kubectl: Path
+    kube_controller_manager: Path
     helm: Path
     registry: Path
     apiserver_adapter: Path
@@ -293,7 +307,10 @@ def ensure(name: str) -> Path:
 
 
 def ensure_all() -> Toolchain:
-    """Every binary the test bed runs, built on first use; honours KUBEBUILDER_ASSETS."""
+    """Every binary the test bed runs, built on first use; honours KUBEBUILDER_ASSETS.
+
+    kube-controller-manager is always built here: envtest's assets do not include it.
+    """
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     if assets:
         folder = Path(assets)
@@ -309,6 +326,7 @@ def ensure_all() -> Toolchain:
         etcd=etcd,
         kube_apiserver=apiserver,
         kubectl=kubectl,
+        kube_controller_manager=ensure("kube-controller-manager") / "kube-controller-manager",
         helm=ensure("helm") / "helm",
         registry=ensure("registry") / "registry",
         apiserver_adapter=ensure("apiserver-adapter") / "apiserver_receive_adapter",

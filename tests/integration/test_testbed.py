@@ -1,5 +1,6 @@
-"""The test bed works: a real API server, real helm against a real OCI registry, the real Knative
-ApiServerSource adapter, the kubeopera-api stand-in, and nothing left running afterwards."""
+"""The test bed works: a real API server with the namespace and garbage-collector controllers,
+real helm against a real OCI registry, the real Knative ApiServerSource adapter, the kubeopera-api
+stand-in, and nothing left running afterwards."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,9 @@ from shared.testbed.toolchain import Toolchain
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Bound for the controllers' work: garbage collection takes well under a second; a namespace
+# about 5.5 s, as the namespace controller waits a fixed 5 s before acting on a deletion.
+CONTROLLER_WAIT_SECONDS = 60.0
 
 
 @pytest.fixture(scope="session")
@@ -132,6 +136,77 @@ def test_service_account_token_works_and_rbac_applies(
         control_plane, "get", "secrets", "-n", test_namespace, kubeconfig=kubeconfig, check=False
     )
     assert allowed.returncode == 0, allowed.stderr
+
+
+def _gone(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
+
+
+def _wait_until_gone(what: str, read: Callable[[], object], timeout: float = CONTROLLER_WAIT_SECONDS) -> float:
+    """Poll ``read`` until it answers 404; return the seconds it took."""
+    started = time.monotonic()
+    while not _gone(read):
+        if time.monotonic() - started > timeout:
+            pytest.fail(f"{what} still exists after {timeout:.0f}s")
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def test_a_deleted_namespace_and_its_content_really_go_away(
+    api_client: k8s.ApiClient, test_namespace: str
+) -> None:
+    core = k8s.CoreV1Api(api_client)
+    name = f"{test_namespace}-doomed"
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    core.create_namespaced_config_map(
+        name, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="settings"), data={"a": "b"})
+    )
+    core.create_namespaced_secret(
+        name, k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="token"), string_data={"key": "value"})
+    )
+
+    core.delete_namespace(name)
+    assert core.read_namespace(name).status.phase == "Terminating"  # the controller waits 5 s first
+    seconds = _wait_until_gone(f"namespace {name}", lambda: core.read_namespace(name))
+    print(f"namespace deleted in {seconds:.1f}s")
+    assert _gone(lambda: core.read_namespaced_config_map("settings", name))
+    assert _gone(lambda: core.read_namespaced_secret("token", name))
+    assert not core.list_namespaced_config_map(name).items
+
+
+def test_an_object_whose_owner_is_deleted_is_garbage_collected(
+    api_client: k8s.ApiClient, test_namespace: str
+) -> None:
+    core = k8s.CoreV1Api(api_client)
+    owner = core.create_namespaced_config_map(
+        test_namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="owner"))
+    )
+    reference = k8s.V1OwnerReference(
+        api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid
+    )
+    core.create_namespaced_config_map(
+        test_namespace,
+        k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="owned", owner_references=[reference])),
+    )
+    core.create_namespaced_secret(
+        test_namespace,
+        k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="owned-secret", owner_references=[reference])),
+    )
+    core.create_namespaced_config_map(test_namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="bystander")))
+
+    core.delete_namespaced_config_map("owner", test_namespace)
+    seconds = _wait_until_gone(
+        "ConfigMap owned", lambda: core.read_namespaced_config_map("owned", test_namespace)
+    )
+    _wait_until_gone("Secret owned-secret", lambda: core.read_namespaced_secret("owned-secret", test_namespace))
+    print(f"dependents collected in {seconds:.1f}s")
+    assert core.read_namespaced_config_map("bystander", test_namespace).metadata.name == "bystander"
 
 
 # --- helm, the registry and the stand-in chart ------------------------------------------------
@@ -330,8 +405,9 @@ def test_ctrl_c_or_sigterm_stops_the_control_plane_and_frees_its_ports(
         )
         info = json.loads(line)
         print(f"control plane started in {info['seconds']}s")
+        assert set(info["pids"]) == {"etcd", "kube-apiserver", "kube-controller-manager"}
         pids = list(info["pids"].values())
-        assert len(pids) == 2 and all(_pid_alive(pid) for pid in pids)
+        assert all(_pid_alive(pid) for pid in pids)
         port = int(info["url"].rsplit(":", 1)[1])
         assert not port_is_free(port)
 
