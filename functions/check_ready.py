@@ -1,7 +1,10 @@
 """check-ready: is the vCluster up? The 15 s poll is the broker's delayed re-delivery.
 
-Takes ``io.kubeopera.tenant.provisioning``. Ready means: the helm release is ``deployed`` and
-Secret ``vc-{release}`` (written by vcluster) has key ``config``. Not yet: 503 with
+Takes ``io.kubeopera.tenant.provisioning``. Ready means (``waiting_for``): the helm release is
+``deployed``, the vCluster's StatefulSet has rolled out its current spec with every replica
+ready (``observedGeneration``, ``updatedReplicas``, ``readyReplicas``: after a quota change that
+is the new revision, not the previous boot), and Secret ``vc-{release}`` (written by vcluster)
+has key ``config``. Not yet: 503 with
 ``Retry-After: READY_POLL_SECONDS``, so the broker asks again after that long (design.md
 section 4). Replies ``io.kubeopera.tenant.ready``.
 
@@ -29,10 +32,10 @@ from flask import Flask
 
 from shared import events
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
-from shared.helm import FAILED, Helm
+from shared.helm import DEPLOYED, FAILED, Helm
 from shared.http import Step, function_app
-from shared.kube import Kube
-from shared.naming import VCLUSTER_CONFIG_KEY
+from shared.kube import Kube, Rollout
+from shared.naming import VCLUSTER_CONFIG_KEY, TenantNames
 from shared.reconcile import live_tenant
 from shared.runtime import Runtime
 from shared.settings import Settings
@@ -68,6 +71,36 @@ def poll_verdict(
     return Poll.AGAIN
 
 
+def waiting_for(release_status: str, rollout: Rollout | None, has_config: bool, names: TenantNames) -> str | None:
+    """What the vCluster is still waiting for, None when it is ready: the release deployed, the
+    StatefulSet's current spec rolled out with every replica ready (so after an upgrade the new
+    revision runs, not the previous one), and vcluster's kubeconfig Secret written."""
+    where = f"{names.namespace}/{names.release}"
+    if release_status != DEPLOYED:
+        return f"helm release {where} is {release_status}"
+    if rollout is None:
+        return f"waiting for StatefulSet {where} to exist"
+    if not rollout.done:
+        return (
+            f"waiting for StatefulSet {where} to roll out generation {rollout.generation} "
+            f"(observed {rollout.observed_generation}; {rollout.updated_replicas} updated and "
+            f"{rollout.ready_replicas} ready of {rollout.replicas})"
+        )
+    if not has_config:
+        return f"waiting for vcluster to write Secret {names.namespace}/{names.vcluster_secret}"
+    return None
+
+
+def _waiting_for(kube: Kube, names: TenantNames, release_status: str) -> str | None:
+    rollout = kube.get_rollout(names.namespace, names.release) if release_status == DEPLOYED else None
+    has_config = (
+        rollout is not None
+        and rollout.done
+        and kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) is not None
+    )
+    return waiting_for(release_status, rollout, has_config, names)
+
+
 def handle(
     kube: Kube,
     helm: Helm,
@@ -88,11 +121,8 @@ def handle(
         raise TemporaryError(f"helm release {names.namespace}/{names.release} does not exist (yet)", retry_after=5)
     if release.status == FAILED:
         raise PermanentError(f"helm release {names.release} revision {release.revision} failed")
-    if not release.deployed:
-        waiting = f"helm release {names.release} is {release.status}"
-    elif kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) is None:
-        waiting = f"waiting for vcluster to write Secret {names.namespace}/{names.vcluster_secret}"
-    else:
+    waiting = _waiting_for(kube, names, release.status)
+    if waiting is None:
         log.info("vCluster is ready", extra={"release": names.release, "revision": release.revision})
         return events.make(events.READY, NAME, tenant.ref)
     verdict = poll_verdict(tenant, waiting, settings, now or utcnow(), event.get_time())

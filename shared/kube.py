@@ -52,6 +52,26 @@ class NamespaceInfo:
 
 
 @dataclass(frozen=True)
+class Rollout:
+    """A StatefulSet's spec generation and what its controller and kubelet report of it."""
+
+    generation: int
+    observed_generation: int
+    replicas: int
+    ready_replicas: int
+    updated_replicas: int
+
+    @property
+    def done(self) -> bool:
+        """The current spec is rolled out and every replica of it is ready."""
+        return (
+            self.observed_generation >= self.generation
+            and self.updated_replicas == self.replicas
+            and self.ready_replicas == self.replicas
+        )
+
+
+@dataclass(frozen=True)
 class StoredSecret:
     """A Secret as read: its labels, its decoded data (never printed) and its version."""
 
@@ -98,6 +118,7 @@ class Kube:
         self._core: Any = k8s.CoreV1Api(api_client)
         self._custom: Any = k8s.CustomObjectsApi(api_client)
         self._coordination: Any = k8s.CoordinationV1Api(api_client)
+        self._apps: Any = k8s.AppsV1Api(api_client)
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Kube:
@@ -274,6 +295,27 @@ class Kube:
         except ApiException as err:
             if err.status != 404:
                 raise
+
+    # StatefulSets -------------------------------------------------------------------------
+
+    def get_rollout(self, namespace: str, name: str) -> Rollout | None:
+        """The rollout of StatefulSet ``name`` (the vCluster control plane), None if there is none."""
+        try:
+            sts = _call(
+                f"get statefulset {namespace}/{name}", lambda: self._apps.read_namespaced_stateful_set(name, namespace)
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        status = sts.status
+        return Rollout(
+            generation=int(sts.metadata.generation or 0),
+            observed_generation=int(status.observed_generation or 0) if status else 0,
+            replicas=int(sts.spec.replicas if sts.spec.replicas is not None else 1),
+            ready_replicas=int(status.ready_replicas or 0) if status else 0,
+            updated_replicas=int(status.updated_replicas or 0) if status else 0,
+        )
 
     # Leases -------------------------------------------------------------------------------
 

@@ -56,6 +56,10 @@ omitStages: ["RequestReceived"]
 rules:
   - level: None
     users: ["system:apiserver"]
+  # Everything the product's ServiceAccounts do, Events and Leases included: the RBAC test
+  # (tests/e2e/test_lifecycle.py) compares it with the rules of deploy/base/rbac.
+  - level: Metadata
+    userGroups: ["system:serviceaccounts:kubeopera-system"]
   - level: None
     resources: [{group: "coordination.k8s.io", resources: ["leases"]}, {group: "", resources: ["events"]}]
   - level: Metadata

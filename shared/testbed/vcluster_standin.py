@@ -1,13 +1,19 @@
 """The vCluster stand-in: plays the part of the vcluster pod, which nothing can run here.
 
-No kubelet runs on the test bed, so the StatefulSet that helm creates never starts a pod. This
-process does the one thing the rest of the system observes of a booted vCluster: a configurable
-time after a release first shows up as ``deployed`` it writes Secret ``vc-<release>`` into the
-release namespace, with key ``config`` holding a well-formed kubeconfig, as vcluster 0.21 does
-(plus ``certificate-authority``, ``client-certificate`` and ``client-key``). The kubeconfig's
-server is ``exportKubeConfig.server`` from the release's values, or vcluster's default
-``https://localhost:8443``; the values are read from helm's own release record (Secret
-``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON).
+No kubelet and no StatefulSet controller run on the test bed, so the StatefulSet that helm
+creates never starts a pod and nobody reports on it. This process does what the rest of the
+system observes of a booted vCluster, for every StatefulSet labelled ``app=vcluster``:
+
+- a configurable time after it first sees a generation of the StatefulSet's spec (a new install,
+  or an upgrade that changed the pod template), it writes the StatefulSet's status as the
+  StatefulSet controller and the kubelet would once that generation's pod is ready
+  (``observedGeneration``, ``replicas``, ``readyReplicas``, ``updatedReplicas``, revisions);
+- then it writes Secret ``vc-<release>`` into the release namespace, with key ``config`` holding
+  a well-formed kubeconfig, as vcluster 0.21 does (plus ``certificate-authority``,
+  ``client-certificate`` and ``client-key``). The kubeconfig's server is
+  ``exportKubeConfig.server`` from the release's values, or vcluster's default
+  ``https://localhost:8443``; the values are read from helm's own record of the deployed release
+  (Secret ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON).
 
 Run: ``python -m shared.testbed.vcluster_standin --kubeconfig PATH --boot-seconds 20`` (and
 ``--never-boot REGEX`` for releases that must never come up, the fault of a vCluster that does
@@ -27,9 +33,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
 
 from shared import logs
 from shared.errors import TemporaryError, TenantError
@@ -39,6 +48,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SERVER = "https://localhost:8443"
 RELEASE_SELECTOR = "owner=helm,status=deployed"
+SELECTOR = "app=vcluster"  # the chart's StatefulSet
 _FAKE_PEM = "-----BEGIN CERTIFICATE-----\nc3RhbmQtaW4gY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"
 _FAKE_KEY = "-----BEGIN PRIVATE KEY-----\nc3RhbmQtaW4ga2V5\n-----END PRIVATE KEY-----\n"
 
@@ -77,48 +87,83 @@ def _b64(text: str) -> str:
 
 
 class VClusterStandIn:
-    """Watches deployed helm releases and 'boots' each one after ``boot_seconds``."""
+    """Boots each StatefulSet generation of a vCluster ``boot_seconds`` after it first sees it."""
 
-    def __init__(self, kube: Kube, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = "") -> None:
+    def __init__(
+        self, kube: Kube, apps: Any, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = ""
+    ) -> None:
         self._kube = kube
+        self._apps = apps  # kubernetes.client.AppsV1Api: the StatefulSet controller's part
         self._boot_seconds = boot_seconds
         # Releases whose name matches never boot: the fault "the vCluster never comes up".
         self._never_boot = re.compile(never_boot) if never_boot else None
         self._poll = poll_seconds
-        # Keyed by the uid of helm's release record, so a release installed again under the same
-        # name (a Tenant deleted and re-created) boots again, after its own boot delay.
-        self._first_seen: dict[str, float] = {}
-        self._booted: set[str] = set()
+        # Keyed by StatefulSet uid and generation: a new generation (an upgrade) boots again, and
+        # so does a release installed again under the same name (a new uid).
+        self._first_seen: dict[tuple[str, int], float] = {}
+        self._booted: set[tuple[str, int]] = set()
         self._stop = threading.Event()
 
+    @classmethod
+    def connect(cls, kubeconfig: Path, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = "") -> Self:
+        configuration = k8s.Configuration()
+        k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+        apps = k8s.AppsV1Api(k8s.ApiClient(configuration))
+        return cls(Kube.connect(kubeconfig), apps, boot_seconds, poll_seconds, never_boot)
+
     def step(self, now: float | None = None) -> list[str]:
-        """One poll; returns the Secrets written in it as ``namespace/name``."""
+        """One poll; returns the ``vc-<release>`` Secrets written in it as ``namespace/name``."""
         moment = time.monotonic() if now is None else now
         written = []
-        for namespace, secret_name, uid, labels in self._kube.list_secrets(RELEASE_SELECTOR):
-            release = labels.get("name", "")
-            if not release.startswith("vc-") or (self._never_boot and self._never_boot.fullmatch(release)):
+        for sts in self._apps.list_stateful_set_for_all_namespaces(label_selector=SELECTOR).items:
+            namespace, release = sts.metadata.namespace, sts.metadata.name
+            key = (sts.metadata.uid, int(sts.metadata.generation or 0))
+            self._first_seen.setdefault(key, moment)
+            if key in self._booted or moment - self._first_seen[key] < self._boot_seconds:
                 continue
-            self._first_seen.setdefault(uid, moment)
-            if moment - self._first_seen[uid] < self._boot_seconds or uid in self._booted:
+            if self._never_boot and self._never_boot.fullmatch(release):
                 continue
             try:
-                server = self._boot(namespace, release, secret_name)
-            except TenantError as err:  # e.g. a namespace being deleted: skip it, keep the others
+                server = self._boot(namespace, release, sts)
+            except (TenantError, ApiException) as err:  # e.g. a namespace being deleted: skip it
                 log.warning("could not boot", extra={"namespace": namespace, "release": release, "error": str(err)})
                 continue
             if server is None:
                 continue
-            self._booted.add(uid)
+            self._booted.add(key)
             written.append(f"{namespace}/vc-{release}")
-            log.info("vCluster booted", extra={"namespace": namespace, "release": release, "server": server})
+            log.info(
+                "vCluster booted",
+                extra={"namespace": namespace, "release": release, "generation": key[1], "server": server},
+            )
         return written
 
-    def _boot(self, namespace: str, release: str, secret_name: str) -> str | None:
-        """Write ``vc-<release>`` as vcluster would; return the server it names."""
-        record = self._kube.read_secret_key(namespace, secret_name, "release")
+    def _boot(self, namespace: str, release: str, sts: Any) -> str | None:
+        """Report the generation rolled out and ready, then write ``vc-<release>`` as vcluster
+        would; return the server it names (None: helm has not recorded the release deployed)."""
+        records = [
+            name
+            for ns, name, _, labels in self._kube.list_secrets(f"{RELEASE_SELECTOR},name={release}")
+            if ns == namespace
+        ]
+        if not records:
+            return None
+        record = self._kube.read_secret_key(namespace, sorted(records, key=_revision)[-1], "release")
         if record is None:
             return None
+        replicas = sts.spec.replicas if sts.spec.replicas is not None else 1
+        revision = f"{release}-{sts.metadata.generation}"
+        status = {
+            "observedGeneration": sts.metadata.generation,
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "updatedReplicas": replicas,
+            "currentReplicas": replicas,
+            "currentRevision": revision,
+            "updateRevision": revision,
+        }
+        self._apps.patch_namespaced_stateful_set_status(release, namespace, {"status": status})
         server = exported_server(release_values(record))
         data = {
             "config": kubeconfig_for(server),
@@ -141,12 +186,17 @@ class VClusterStandIn:
         while not self._stop.is_set():
             try:
                 self.step()
-            except TemporaryError as err:
+            except (TemporaryError, ApiException, OSError) as err:
                 log.warning("poll failed; trying again", extra={"error": str(err)})
             self._stop.wait(self._poll)
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _revision(record_name: str) -> int:
+    """sh.helm.release.v1.<release>.v<N> -> N"""
+    return int(record_name.rsplit(".v", 1)[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--never-boot", default="", help="regular expression: releases it matches never boot")
     args = parser.parse_args(argv)
     logs.configure("INFO", component="vcluster-standin")
-    standin = VClusterStandIn(Kube.connect(args.kubeconfig), args.boot_seconds, args.poll_seconds, args.never_boot)
+    standin = VClusterStandIn.connect(args.kubeconfig, args.boot_seconds, args.poll_seconds, args.never_boot)
     signal.signal(signal.SIGTERM, lambda *_: standin.stop())
     signal.signal(signal.SIGINT, lambda *_: standin.stop())
     log.info("vCluster stand-in running", extra={"boot_seconds": args.boot_seconds})

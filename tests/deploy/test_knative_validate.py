@@ -24,7 +24,7 @@ from .manifests import (
     run_checker,
 )
 
-EVENTING_OBJECTS = 7  # Broker, ApiServerSource, PingSource, 4 Triggers
+EVENTING_OBJECTS = 8  # Broker, ApiServerSource, PingSource, 5 Triggers
 RENDERED_OBJECTS = 12  # the above and 5 Services
 
 

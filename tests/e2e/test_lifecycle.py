@@ -278,7 +278,7 @@ def test_a_tenant_that_never_boots_fails_at_its_timeout_not_by_dead_letter(pipel
     failed = wait_for("stuck-jo Failed", lambda: phase_of(kube, "stuck-jo", "Failed"), timeout=TIMEOUT_SECONDS + 40)
     assert failed.status.message.startswith("vCluster not ready ")
     assert f"after provisioning began (PROVISION_TIMEOUT_SECONDS={TIMEOUT_SECONDS})" in failed.status.message
-    assert "waiting for vcluster to write Secret vcluster-stuck-jo/vc-vc-stuck-jo" in failed.status.message
+    assert "waiting for StatefulSet vcluster-stuck-jo/vc-stuck-jo to roll out generation 1" in failed.status.message
     ready = failed.status.condition("Ready")
     assert ready is not None and ready.reason == "ProvisionTimeout"
     polls = [
@@ -439,12 +439,13 @@ def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubec
     """RBAC lets tenant-cleanup delete namespaces and Secrets cluster-wide; the admission policy
     of deploy/base/policy confines it (the test bed applies both, as a cluster would)."""
     pipeline.kubectl("create", "secret", "generic", "not-a-kubeconfig", "-n", TENANT_NAMESPACE, "--from-literal=a=b")
+    pipeline.kubectl("create", "namespace", "another-team")
     write = kubectl_as(
         pipeline,
         pipeline.function_kubeconfigs["tenant-cleanup"],
         "delete",
         "namespace",
-        "kube-public",
+        "another-team",
     )
     assert write.returncode != 0 and "tenant-cleanup may only change vcluster-*" in write.stderr
     internal = kubectl_as(
@@ -457,5 +458,5 @@ def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubec
         TENANT_NAMESPACE,
     )
     assert internal.returncode != 0 and "tenant-*-kubeconfig" in internal.stderr
-    assert exists(pipeline, "namespace", "kube-public")
+    assert exists(pipeline, "namespace", "another-team")
     assert exists(pipeline, "secret", "not-a-kubeconfig", "-n", TENANT_NAMESPACE)

@@ -1,5 +1,7 @@
-"""The vCluster stand-in writes ``vc-<release>`` after its boot delay, as vcluster 0.21 does, and
-honours ``exportKubeConfig.server`` from the release's values (read from helm's own record)."""
+"""The vCluster stand-in, after its boot delay, reports each StatefulSet generation rolled out and
+ready (as the StatefulSet controller and kubelet would), and writes ``vc-<release>`` as vcluster
+0.21 does, honouring ``exportKubeConfig.server`` from the release's values (read from helm's own
+record). An upgrade that changes the pod template boots again."""
 
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def test_standin_boots_each_release_after_its_delay(
     helm.install_or_upgrade("vc-exported", test_namespace, {"exportKubeConfig": {"server": server}})
     helm.install_or_upgrade("vc-plain", test_namespace, {})
 
-    standin = VClusterStandIn(kube, boot_seconds=20)
+    standin = VClusterStandIn.connect(kube_admin_kubeconfig, boot_seconds=20)
     assert not [w for w in standin.step(now=1000.0) if w.startswith(f"{test_namespace}/")]
     assert secret_config(kube, test_namespace, "vc-exported") is None
 
@@ -66,5 +68,20 @@ def test_standin_boots_each_release_after_its_delay(
         plain["clusters"][0]["cluster"]["certificate-authority-data"]  # type: ignore[index]
     ).startswith(b"-----BEGIN CERTIFICATE-----")
 
+    rollout = kube.get_rollout(test_namespace, "vc-plain")
+    assert rollout is not None and rollout.done and (rollout.generation, rollout.ready_replicas) == (1, 1)
+
     # Booted once: a later poll writes nothing again.
     assert not [w for w in standin.step(now=1100.0) if w.startswith(f"{test_namespace}/")]
+
+    # An upgrade that changes the pod template is a new generation: not ready until it boots.
+    resources = {"requests": {"cpu": "3"}, "limits": {"cpu": "3"}}
+    helm.install_or_upgrade("vc-plain", test_namespace, {"controlPlane": {"statefulSet": {"resources": resources}}})
+    upgraded = kube.get_rollout(test_namespace, "vc-plain")
+    assert upgraded is not None and upgraded.generation == 2 and not upgraded.done
+    assert not [w for w in standin.step(now=1110.0) if w.startswith(f"{test_namespace}/")]
+    assert [w for w in standin.step(now=1131.0) if w.startswith(f"{test_namespace}/")] == [
+        f"{test_namespace}/vc-vc-plain"
+    ]
+    booted = kube.get_rollout(test_namespace, "vc-plain")
+    assert booted is not None and booted.done and booted.observed_generation == 2

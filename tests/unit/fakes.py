@@ -18,7 +18,7 @@ from typing import Any
 
 from shared.errors import Conflict, TemporaryError, TenantGone
 from shared.helm import DEPLOYED, PENDING_STATES, Guard, ReleaseState
-from shared.kube import NamespaceInfo, StoredSecret
+from shared.kube import NamespaceInfo, Rollout, StoredSecret
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 
@@ -97,6 +97,7 @@ class FakeKube:
         self.writes: Counter[str] = Counter()  # the write methods called
         self.journal: list[tuple[str, str]] = []  # writes in order (FakeHelm adds its own): (what, on what)
         self.leases: dict[tuple[str, str], str] = {}  # (namespace, name) -> holder; a lock, not in the journal
+        self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
         self._version = 100
 
     # set-up, as a person or the API server ----------------------------------------------------
@@ -264,6 +265,12 @@ class FakeKube:
         if name in self.namespaces:
             self._write("namespace delete", name)
             self.namespaces[name]["terminating"] = True
+
+    # StatefulSets -------------------------------------------------------------------------------
+
+    def get_rollout(self, namespace: str, name: str) -> Rollout | None:
+        self.calls["get_rollout"] += 1
+        return self.rollouts.get((namespace, name))
 
     # Leases (the cross-process helm lock) ---------------------------------------------------------
 

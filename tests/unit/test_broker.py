@@ -124,33 +124,58 @@ def brokers() -> Iterator[Callable[..., Broker]]:
         broker.stop()
 
 
-def trigger_doc(name: str, subscriber: str, *, filter_: dict[str, Any] | None = None,
-                filters: list[Any] | None = None, delivery: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"broker": "default",
-                            "subscriber": {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service",
-                                                   "name": subscriber}}}
+def trigger_doc(
+    name: str,
+    subscriber: str,
+    *,
+    filter_: dict[str, Any] | None = None,
+    filters: list[Any] | None = None,
+    delivery: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "broker": "default",
+        "subscriber": {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": subscriber}},
+    }
     if filter_ is not None:
         spec["filter"] = filter_
     if filters is not None:
         spec["filters"] = filters
     if delivery is not None:
         spec["delivery"] = delivery
-    return {"apiVersion": "eventing.knative.dev/v1", "kind": "Trigger",
-            "metadata": {"name": name, "namespace": "kubeopera-system"}, "spec": spec}
+    return {
+        "apiVersion": "eventing.knative.dev/v1",
+        "kind": "Trigger",
+        "metadata": {"name": name, "namespace": "kubeopera-system"},
+        "spec": spec,
+    }
 
 
 DLS = {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "dead-letter"}}
 
 
 def event(type_: str = "io.test.a", **extensions: str) -> Event:
-    attributes = {"specversion": "1.0", "id": f"id-{type_}", "source": "/test", "type": type_,
-                  "subject": "kubeopera-system/t1", "datacontenttype": "application/json", **extensions}
+    attributes = {
+        "specversion": "1.0",
+        "id": f"id-{type_}",
+        "source": "/test",
+        "type": type_,
+        "subject": "kubeopera-system/t1",
+        "datacontenttype": "application/json",
+        **extensions,
+    }
     return Event(attributes, b'{"name":"t1"}')
 
 
 def sdk_reply(type_: str, structured: bool = False, headers: dict[str, str] | None = None) -> Reply:
-    reply = CloudEvent({"type": type_, "source": "/kubeopera/tenants/test", "id": f"reply-{type_}",
-                        "datacontenttype": "application/json"}, {"name": "t1"})
+    reply = CloudEvent(
+        {
+            "type": type_,
+            "source": "/kubeopera/tenants/test",
+            "id": f"reply-{type_}",
+            "datacontenttype": "application/json",
+        },
+        {"name": "t1"},
+    )
     message = to_structured_event(reply) if structured else to_binary_event(reply)
     return 200, {**message.headers, **(headers or {})}, message.body
 
@@ -226,7 +251,10 @@ def test_load_triggers_reads_knative_trigger_yaml(tmp_path: Path) -> None:
     assert install.filters[1].attributes == (("kind", "Tenant"),)
     assert install.delivery is not None
     assert (install.delivery.retry, install.delivery.backoff_policy, install.delivery.backoff_delay) == (
-        5, "exponential", 1.0)
+        5,
+        "exponential",
+        1.0,
+    )
     assert install.delivery.dead_letter_sink is not None
     assert install.delivery.dead_letter_sink.service == "tenant-dead-letter"
     check = triggers["tenant-check-ready"]
@@ -280,8 +308,12 @@ def test_unresolvable_subscriber_fails_at_broker_construction(tmp_path: Path) ->
 def test_the_repository_trigger_files_load() -> None:
     folder = Path(__file__).resolve().parents[2] / "eventing" / "triggers"
     triggers = load_triggers(folder)
-    assert {t.name for t in triggers} >= {"tenant-install", "tenant-check-ready", "tenant-store-kubeconfig",
-                                          "tenant-notify-api"}
+    assert {t.name for t in triggers} >= {
+        "tenant-install",
+        "tenant-check-ready",
+        "tenant-store-kubeconfig",
+        "tenant-notify-api",
+    }
     broker = Broker(triggers, lambda name: f"http://127.0.0.1:1/{name}")
     assert len(broker.triggers) == len(triggers)  # all for kubeopera-system/default, all resolvable
 
@@ -324,8 +356,11 @@ def _trigger(**spec: Any) -> Any:
         ({"filters": [{"suffix": {"subject": "/t1"}}]}, {}, True),
         ({"filters": [{"suffix": {"subject": "/t2"}}]}, {}, False),
         ({"filters": [{"not": {"exact": {"type": "io.test.a"}}}]}, {}, False),
-        ({"filters": [{"all": [{"exact": {"type": "io.test.a"}}, {"exact": {"kind": "Tenant"}}]}]},
-         {"kind": "Tenant"}, True),
+        (
+            {"filters": [{"all": [{"exact": {"type": "io.test.a"}}, {"exact": {"kind": "Tenant"}}]}]},
+            {"kind": "Tenant"},
+            True,
+        ),
         ({"filters": [{"exact": {"type": "io.test.a"}}], "filter_": {"attributes": {"type": "other"}}}, {}, True),
     ],
 )
@@ -401,8 +436,9 @@ def test_ttl_defaulting() -> None:
 
 
 def test_parse_http_binary_structured_and_not_an_event() -> None:
-    sdk_event = CloudEvent({"type": "t", "source": "/s", "id": "1", "datacontenttype": "application/json"},
-                           {"a": [1, True]})
+    sdk_event = CloudEvent(
+        {"type": "t", "source": "/s", "id": "1", "datacontenttype": "application/json"}, {"a": [1, True]}
+    )
     for message in (to_binary_event(sdk_event), to_structured_event(sdk_event)):
         parsed = parse_http(message.headers, message.body)
         assert (parsed.id, parsed.type, parsed.attributes["source"]) == ("1", "t", "/s")
@@ -421,14 +457,23 @@ def test_http_ingest_delivers_in_binary_mode_with_prefer_reply(subscribers: Any,
     broker = brokers([_trigger(filter_={"attributes": {"type": "io.test.a"}})], {"svc": sub.url}.get)
     port = broker.start()
     trace = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "k=v"}
-    sdk_event = CloudEvent({"type": "io.test.a", "source": "/test", "id": "e1", "subject": "ns/a b",
-                            "datacontenttype": "application/json"}, {"name": "t1"})
+    sdk_event = CloudEvent(
+        {
+            "type": "io.test.a",
+            "source": "/test",
+            "id": "e1",
+            "subject": "ns/a b",
+            "datacontenttype": "application/json",
+        },
+        {"name": "t1"},
+    )
 
     binary = to_binary_event(sdk_event)
     structured = to_structured_event(CloudEvent({**sdk_event.get_attributes(), "id": "e2"}, {"name": "t1"}))
     for message in (binary, structured):
-        response = requests.post(f"http://127.0.0.1:{port}/", data=message.body,
-                                 headers={**message.headers, **trace}, timeout=5)
+        response = requests.post(
+            f"http://127.0.0.1:{port}/", data=message.body, headers={**message.headers, **trace}, timeout=5
+        )
         assert response.status_code == 202
     assert broker.wait_idle(5)
 
@@ -463,10 +508,22 @@ def test_http_ingest_refusals_and_delivery_listing(subscribers: Any, brokers: An
 
     listing = requests.get(base + "/_/deliveries", timeout=5).json()
     assert len(sub.received) == 1
-    assert listing == [{**listing[0], "trigger": "t", "target": "subscriber", "url": sub.url,
-                        "event_id": "id-io.test.a", "type": "io.test.a", "subject": "kubeopera-system/t1",
-                        "attempt": 1, "status": 202,
-                        "error": None, "next_delay": None, "outcome": "delivered"}]
+    assert listing == [
+        {
+            **listing[0],
+            "trigger": "t",
+            "target": "subscriber",
+            "url": sub.url,
+            "event_id": "id-io.test.a",
+            "type": "io.test.a",
+            "subject": "kubeopera-system/t1",
+            "attempt": 1,
+            "status": 202,
+            "error": None,
+            "next_delay": None,
+            "outcome": "delivered",
+        }
+    ]
 
 
 @pytest.mark.parametrize("structured", [False, True])
@@ -474,9 +531,13 @@ def test_reply_goes_back_in_and_is_routed(subscribers: Any, brokers: Any, struct
     reply_trace = "00-11111111111111111111111111111111-2222222222222222-01"
     first = subscribers(answers(sdk_reply("io.test.b", structured, {"traceparent": reply_trace})))
     second = subscribers(answers(OK))
-    broker = brokers([parse_trigger(trigger_doc("a", "first", filter_={"attributes": {"type": "io.test.a"}})),
-                      parse_trigger(trigger_doc("b", "second", filter_={"attributes": {"type": "io.test.b"}}))],
-                     {"first": first.url, "second": second.url}.get)
+    broker = brokers(
+        [
+            parse_trigger(trigger_doc("a", "first", filter_={"attributes": {"type": "io.test.a"}})),
+            parse_trigger(trigger_doc("b", "second", filter_={"attributes": {"type": "io.test.b"}})),
+        ],
+        {"first": first.url, "second": second.url}.get,
+    )
 
     incoming_trace = "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"
     broker.publish(event("io.test.a"), headers={"traceparent": incoming_trace})
@@ -494,9 +555,10 @@ def test_reply_goes_back_in_and_is_routed(subscribers: Any, brokers: Any, struct
 def test_final_code_goes_straight_to_dead_letter_with_error_extensions(subscribers: Any, brokers: Any) -> None:
     sub = subscribers(answers((422, {"Content-Type": "text/plain"}, b"bad spec")))
     dead = subscribers(answers(OK))
-    broker = brokers([_trigger(delivery={"retry": 5, "backoffPolicy": "linear", "backoffDelay": "PT1S",
-                                         "deadLetterSink": DLS})],
-                     {"svc": sub.url, "dead-letter": dead.url}.get)
+    broker = brokers(
+        [_trigger(delivery={"retry": 5, "backoffPolicy": "linear", "backoffDelay": "PT1S", "deadLetterSink": DLS})],
+        {"svc": sub.url, "dead-letter": dead.url}.get,
+    )
 
     broker.publish(event())
     assert broker.wait_idle(5)
@@ -510,22 +572,32 @@ def test_final_code_goes_straight_to_dead_letter_with_error_extensions(subscribe
     assert ext(letter, "knativebrokerttl") == "255"  # the event as ingested
     assert "prefer" not in letter.headers
     assert [(a.target, a.status, a.outcome) for a in broker.deliveries()] == [
-        ("subscriber", 422, "gave-up"), ("dead-letter", 202, "delivered")]
+        ("subscriber", 422, "gave-up"),
+        ("dead-letter", 202, "delivered"),
+    ]
 
 
 def test_retryable_codes_are_retried_with_real_backoff_then_dead_lettered(subscribers: Any, brokers: Any) -> None:
     sub = subscribers(answers((503, {}, b""), (404, {}, b""), (500, {}, b"boom")))
     dead = subscribers(answers(OK))
-    broker = brokers([_trigger(delivery={"retry": 2, "backoffPolicy": "exponential", "backoffDelay": "PT0.1S",
-                                         "deadLetterSink": DLS})],
-                     {"svc": sub.url, "dead-letter": dead.url}.get)
+    broker = brokers(
+        [
+            _trigger(
+                delivery={"retry": 2, "backoffPolicy": "exponential", "backoffDelay": "PT0.1S", "deadLetterSink": DLS}
+            )
+        ],
+        {"svc": sub.url, "dead-letter": dead.url}.get,
+    )
 
     broker.publish(event())
     assert broker.wait_idle(5)
 
     attempts = [a for a in broker.deliveries() if a.target == "subscriber"]
     assert [(a.attempt, a.status, a.next_delay, a.outcome) for a in attempts] == [
-        (1, 503, 0.1, "retrying"), (2, 404, 0.2, "retrying"), (3, 500, None, "gave-up")]
+        (1, 503, 0.1, "retrying"),
+        (2, 404, 0.2, "retrying"),
+        (3, 500, None, "gave-up"),
+    ]
     gaps = [later.at - earlier.at for earlier, later in zip(sub.received, sub.received[1:], strict=False)]
     assert gaps[0] >= 0.09 and gaps[1] >= 0.19
     [letter] = dead.received
@@ -537,8 +609,11 @@ def test_retry_after_paces_retries_on_the_broker_clock(subscribers: Any, brokers
     not_yet: Reply = (503, {"Retry-After": "15"}, b"")
     sub = subscribers(answers(not_yet, not_yet, not_yet, sdk_reply("io.test.ready")))
     clock = VirtualClock()
-    broker = brokers([_trigger(filter_={"attributes": {"type": "io.test.a"}},
-                               delivery={"retry": 40, "retryAfterMax": "PT15S"})], {"svc": sub.url}.get, clock=clock)
+    broker = brokers(
+        [_trigger(filter_={"attributes": {"type": "io.test.a"}}, delivery={"retry": 40, "retryAfterMax": "PT15S"})],
+        {"svc": sub.url}.get,
+        clock=clock,
+    )
 
     started = time.monotonic()
     broker.publish(event())
@@ -546,7 +621,11 @@ def test_retry_after_paces_retries_on_the_broker_clock(subscribers: Any, brokers
 
     attempts = broker.deliveries()
     assert [(a.attempt, a.clock, a.next_delay) for a in attempts] == [
-        (1, 0.0, 15.0), (2, 15.0, 15.0), (3, 30.0, 15.0), (4, 45.0, None)]
+        (1, 0.0, 15.0),
+        (2, 15.0, 15.0),
+        (3, 30.0, 15.0),
+        (4, 45.0, None),
+    ]
     assert attempts[-1].outcome == "replied"
     assert time.monotonic() - started < 3  # 45 s of broker time, no real waiting
 
@@ -554,8 +633,9 @@ def test_retry_after_paces_retries_on_the_broker_clock(subscribers: Any, brokers
 def test_malformed_reply_is_a_failed_delivery(subscribers: Any, brokers: Any) -> None:
     sub = subscribers(answers((200, {"Content-Type": "text/plain"}, b"hello")))
     dead = subscribers(answers(OK))
-    broker = brokers([_trigger(delivery={"retry": 1, "deadLetterSink": DLS})],
-                     {"svc": sub.url, "dead-letter": dead.url}.get)
+    broker = brokers(
+        [_trigger(delivery={"retry": 1, "deadLetterSink": DLS})], {"svc": sub.url, "dead-letter": dead.url}.get
+    )
 
     broker.publish(event())
     assert broker.wait_idle(5)
@@ -571,8 +651,9 @@ def test_no_response_is_retried_and_reported_as_500(subscribers: Any, brokers: A
     dead = subscribers(answers(OK))
     closed = subscribers(answers(OK))
     closed.stop()  # nothing listens there any more
-    broker = brokers([_trigger(delivery={"retry": 1, "deadLetterSink": DLS})],
-                     {"svc": closed.url, "dead-letter": dead.url}.get)
+    broker = brokers(
+        [_trigger(delivery={"retry": 1, "deadLetterSink": DLS})], {"svc": closed.url, "dead-letter": dead.url}.get
+    )
 
     broker.publish(event())
     assert broker.wait_idle(10)
@@ -587,11 +668,20 @@ def test_no_response_is_retried_and_reported_as_500(subscribers: Any, brokers: A
 def test_a_waiting_retry_does_not_hold_up_other_deliveries(subscribers: Any, brokers: Any) -> None:
     slow = subscribers(answers((503, {}, b""), OK))
     fast = subscribers(answers(OK))
-    broker = brokers([parse_trigger(trigger_doc("a", "slow", filter_={"attributes": {"type": "io.test.a"}},
-                                                delivery={"retry": 1, "backoffPolicy": "exponential",
-                                                          "backoffDelay": "PT0.5S"})),
-                      parse_trigger(trigger_doc("b", "fast", filter_={"attributes": {"type": "io.test.b"}}))],
-                     {"slow": slow.url, "fast": fast.url}.get)
+    broker = brokers(
+        [
+            parse_trigger(
+                trigger_doc(
+                    "a",
+                    "slow",
+                    filter_={"attributes": {"type": "io.test.a"}},
+                    delivery={"retry": 1, "backoffPolicy": "exponential", "backoffDelay": "PT0.5S"},
+                )
+            ),
+            parse_trigger(trigger_doc("b", "fast", filter_={"attributes": {"type": "io.test.b"}})),
+        ],
+        {"slow": slow.url, "fast": fast.url}.get,
+    )
 
     broker.publish(event("io.test.a"))
     deadline = time.monotonic() + 5
@@ -607,8 +697,11 @@ def test_a_waiting_retry_does_not_hold_up_other_deliveries(subscribers: Any, bro
 def test_ttl_ends_a_reply_loop(subscribers: Any, brokers: Any) -> None:
     loop = subscribers(answers(sdk_reply("io.test.a")))  # answers every event with another one like it
     dead = subscribers(answers(OK))
-    broker = brokers([_trigger(filter_={"attributes": {"type": "io.test.a"}}, delivery={"deadLetterSink": DLS})],
-                     {"svc": loop.url, "dead-letter": dead.url}.get, ttl=3)
+    broker = brokers(
+        [_trigger(filter_={"attributes": {"type": "io.test.a"}}, delivery={"deadLetterSink": DLS})],
+        {"svc": loop.url, "dead-letter": dead.url}.get,
+        ttl=3,
+    )
     port = broker.start()
 
     assert broker.publish(event()) == 202

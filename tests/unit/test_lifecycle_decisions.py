@@ -29,6 +29,7 @@ from shared.errors import (
     TemporaryError,
 )
 from shared.http import Step, function_app
+from shared.kube import Rollout
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.ownership import (
@@ -114,8 +115,9 @@ def provision(kube: FakeKube, helm: FakeHelm, name: str = "bob-dev", cs: str = C
     return current(kube, obj["metadata"]["namespace"], name)
 
 
-def booted(kube: FakeKube, tenant_name: str = "bob-dev") -> None:
-    """vcluster wrote its kubeconfig Secret into the host namespace."""
+def booted(kube: FakeKube, tenant_name: str = "bob-dev", generation: int = 1) -> None:
+    """The StatefulSet rolled out and its pod is ready; vcluster wrote its kubeconfig Secret."""
+    kube.rollouts[(f"vcluster-{tenant_name}", f"vc-{tenant_name}")] = Rollout(generation, generation, 1, 1, 1)
     kube.add_secret(f"vcluster-{tenant_name}", f"vc-vc-{tenant_name}", {VCLUSTER_CONFIG_KEY: CONFIG}, {})
 
 
@@ -855,11 +857,31 @@ def test_check_ready_polls_again_while_vcluster_boots(kube: FakeKube, helm: Fake
     with pytest.raises(NotReadyYet) as caught:
         run_check(kube, helm, obj)
     assert caught.value.retry_after == SETTINGS.ready_poll_seconds
+    assert str(caught.value) == f"waiting for StatefulSet {BOB_NS}/{BOB_RELEASE} to exist"
+
+    # An upgrade: the StatefulSet's spec is at generation 2, its controller still reports 1.
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(2, 1, 1, 1, 0)
+    kube.add_secret(BOB_NS, "vc-vc-bob-dev", {VCLUSTER_CONFIG_KEY: CONFIG}, {})  # the previous boot's
+    with pytest.raises(NotReadyYet) as caught:
+        run_check(kube, helm, obj)
+    assert str(caught.value) == (
+        f"waiting for StatefulSet {BOB_NS}/{BOB_RELEASE} to roll out generation 2 "
+        "(observed 1; 0 updated and 1 ready of 1)"
+    )
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(2, 2, 1, 0, 1)  # rolled out, pod not ready yet
+    with pytest.raises(NotReadyYet, match="0 ready of 1"):
+        run_check(kube, helm, obj)
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(2, 2, 1, 1, 1)
+    del kube.secrets[(BOB_NS, "vc-vc-bob-dev")]
+    with pytest.raises(NotReadyYet) as caught:
+        run_check(kube, helm, obj)
     assert str(caught.value) == f"waiting for vcluster to write Secret {BOB_NS}/vc-vc-bob-dev"
 
     helm.releases[(BOB_NS, BOB_RELEASE)]["status"] = "pending-install"
     booted(kube)
-    with pytest.raises(NotReadyYet, match=f"^helm release {BOB_RELEASE} is pending-install$"):
+    with pytest.raises(NotReadyYet, match=f"^helm release {BOB_NS}/{BOB_RELEASE} is pending-install$"):
         run_check(kube, helm, obj)
 
 
