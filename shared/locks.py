@@ -6,7 +6,8 @@ them at once; helm's own pending states would refuse the second operation only a
 ``coordination.k8s.io/v1`` Lease named ``<release>-helm`` in the release namespace for the
 length of one helm operation: the first holder works, any other answers "another operation in
 progress" (temporary: the broker re-delivers). A holder that died (a killed pod) stops counting
-once the Lease's duration has passed.
+once the Lease's duration has passed. Threads of one process queue on a thread lock first, so
+only deliveries on different processes are sent back.
 """
 
 from __future__ import annotations
@@ -29,8 +30,25 @@ def holder_identity() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{threading.get_ident()}"
 
 
+_local: dict[str, threading.Lock] = {}
+_local_guard = threading.Lock()
+
+
+def _thread_lock(key: str) -> threading.Lock:
+    with _local_guard:
+        return _local.setdefault(key, threading.Lock())
+
+
 @contextmanager
 def release_lease(kube: Kube, namespace: str, release: str, seconds: int) -> Iterator[None]:
+    """Threads of one process wait for each other (a thread lock); other processes are told
+    to come back later (the Lease)."""
+    with _thread_lock(f"{namespace}/{release}"), _lease(kube, namespace, release, seconds):
+        yield
+
+
+@contextmanager
+def _lease(kube: Kube, namespace: str, release: str, seconds: int) -> Iterator[None]:
     name = f"{release}-helm"
     holder = holder_identity()
     hold = kube.acquire_lease(namespace, name, holder, seconds)
