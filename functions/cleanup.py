@@ -32,7 +32,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared import claims, events, logs
-from shared.errors import NotReadyYet
+from shared.errors import NamespaceTerminating, NotReadyYet
 from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -100,8 +100,11 @@ def handle(
     verdict = judge(None if namespace is None else namespace.labels, tenant, legacy_namespace_labels(tenant))
     if namespace is not None and owned(verdict):
         if not namespace.terminating:
-            with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
-                helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
+            try:
+                with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
+                    helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
+            except NamespaceTerminating:
+                log.info("namespace deletion already started (by another delivery); no uninstall needed")
             kube.delete_namespace(names.namespace)
             log.info("namespace deletion started", extra={"namespace": names.namespace})
         waiting.append(f"namespace {names.namespace} to be deleted")

@@ -37,6 +37,10 @@ class Conflict(TemporaryError):
     """Someone else changed the object first (HTTP 409 from the API server)."""
 
 
+class NamespaceTerminating(TemporaryError):
+    """Nothing new can be made in a namespace that is being deleted (the API server's 403)."""
+
+
 class PermanentError(TenantError):
     """Will never succeed as things are: mark the Tenant Failed and do not retry.
 

@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from shared.errors import Conflict, PermanentError, TemporaryError, TenantGone
+from shared.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
 from shared.tenant import (
     API_VERSION,
     FINALIZER,
@@ -96,6 +96,8 @@ def _call(what: str, fn: Callable[[], T]) -> T:
         reason = err.reason or ""
         if status == 409:
             raise Conflict(f"{what}: conflict ({reason})") from None
+        if status == 403 and "because it is being terminated" in _api_message(err):
+            raise NamespaceTerminating(f"{what}: the namespace is being deleted", retry_after=2) from None
         if status in (401, 403):
             raise PermanentError(f"{what}: the API server refused it ({status} {reason})") from None
         if status in (400, 422):
@@ -292,6 +294,8 @@ class Kube:
         """Start the namespace's deletion (its objects and PVCs go with it); absent is fine."""
         try:
             _call(f"delete namespace {name}", lambda: self._core.delete_namespace(name))
+        except Conflict:
+            pass  # 409: its deletion is already under way
         except ApiException as err:
             if err.status != 404:
                 raise
