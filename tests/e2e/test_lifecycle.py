@@ -381,7 +381,8 @@ NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
             "escalation: the vcluster chart's Role grants these, so creating it requires holding them",
         ),
         ("", {"pods/status", "pods/ephemeralcontainers"}, {"patch", "update"}, "escalation (the real chart's Role)"),
-        ("apps", {"replicasets", "deployments", "statefulsets"}, {"list", "watch"}, "escalation"),
+        ("apps", {"replicasets", "deployments"}, {"get", "list", "watch"}, "escalation"),
+        ("apps", {"statefulsets"}, {"list", "watch"}, "escalation"),
         (
             "networking.k8s.io",
             {"ingresses"},
