@@ -1,6 +1,7 @@
 """cleanup: a deleted Tenant takes its vCluster with it, and only what it owns.
 
-Takes ``dev.knative.apiserver.resource.update`` (and ``.add``). install put the finalizer
+Takes ``dev.knative.apiserver.resource.update`` (and ``.add``), and resync's
+``io.kubeopera.tenant.cleanup``. install put the finalizer
 ``kubeopera.io/cleanup`` on the Tenant, so ``kubectl delete`` only sets its
 ``deletionTimestamp``; the ApiServerSource sends that as an update (design.md section 3), and the
 Trigger delivers every Tenant update here. An update whose object is not being deleted is
@@ -50,8 +51,11 @@ log = logging.getLogger(__name__)
 
 
 def shows_deletion(event: BaseCloudEvent) -> bool:
-    """Does the Tenant object in the ApiServerSource event carry a deletionTimestamp? Only a
-    hint (the live Tenant decides), but one that spares an API call for every other update."""
+    """Does the Tenant object in the ApiServerSource event carry a deletionTimestamp (resync's
+    ``io.kubeopera.tenant.cleanup`` always counts)? Only a hint (the live Tenant decides), but
+    one that spares an API call for every other update."""
+    if event.get_type() == events.CLEANUP:
+        return True
     data: Any = event.get_data()
     meta = data.get("metadata") if isinstance(data, dict) else None
     return isinstance(meta, dict) and bool(meta.get("deletionTimestamp"))
@@ -159,7 +163,7 @@ def create_app() -> Flask:
     return function_app(
         Step(
             name=NAME,
-            accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE}),
+            accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.CLEANUP}),
             handle=lambda event, ref: handle(rt.kube, helm, api, rt.settings, event, ref),
             on_permanent=lambda ref, err: mark_failed(rt.kube, ref, f"cleanup: {err}", CLEANUP_FAILED),
         )

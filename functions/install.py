@@ -1,6 +1,7 @@
 """install: turn a Tenant's spec into a vCluster Helm release, then hand over to check-ready.
 
-Takes ``dev.knative.apiserver.resource.add`` / ``.update``. Re-reads the Tenant and leaves it
+Takes ``dev.knative.apiserver.resource.add`` / ``.update``, and resync's
+``io.kubeopera.tenant.install``. Re-reads the Tenant and leaves it
 alone when it is Failed (it waits for a patch to Pending), being deleted (cleanup's work), or
 already provisioned for its current generation. Otherwise, in this order:
 
@@ -138,7 +139,7 @@ def create_app() -> Flask:
     return function_app(
         Step(
             name=NAME,
-            accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE}),
+            accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.INSTALL}),
             handle=lambda event, ref: handle(rt.kube, helm, rt.settings, ref),
             on_permanent=rt.mark_failed,
             ready=chart_ready,

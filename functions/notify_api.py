@@ -1,6 +1,8 @@
 """notify-api: tell kubeopera-api the CloudSpace is active, and set the Tenant Ready.
 
-Takes ``io.kubeopera.tenant.kubeconfig.stored``. Sends the original operator's PATCH to
+Takes ``io.kubeopera.tenant.kubeconfig.stored`` (from store-kubeconfig, or from resync for a
+Ready Tenant whose callback failed: it is sent again, once per resync pass, until kubeopera-api
+takes it). Sends the original operator's PATCH to
 ``{KUBEOPERA_API_BASE_URL}/api/v1/cloudspaces/{cloudSpaceID}`` (bearer token when one is set,
 short timeout). The callback is non-fatal, as it was: refused, timed out or answered non-2xx, the
 Tenant still becomes Ready, a warning is logged, and condition ``CallbackDelivered`` says what
@@ -40,10 +42,11 @@ def handle(kube: Kube, api: KubeoperaApi, ref: TenantRef) -> BaseCloudEvent | No
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
-    if tenant.ready_at_generation():
+    retrying = tenant.ready_at_generation() and not tenant.status.is_true(COND_CALLBACK, tenant.generation)
+    if tenant.ready_at_generation() and not retrying:
         log.info("tenant already Ready for this generation; kubeopera-api was told before")
         return None
-    if tenant.status.phase != Phase.PROVISIONING or tenant.deleting:
+    if (tenant.status.phase != Phase.PROVISIONING and not retrying) or tenant.deleting:
         log.info("tenant is not Provisioning; nothing to announce")
         return None
     names = tenant.spec.names

@@ -54,15 +54,25 @@ def _always_ready() -> bool:
     return True
 
 
+def _no_tenant_to_fail(ref: TenantRef, err: PermanentError) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Step:
-    """One function: its name, the event types it takes, and what it does."""
+    """One function: its name, the event types it takes, and what it does.
+
+    A step about one Tenant has ``handle`` (it gets the Tenant the event names, and may reply)
+    and ``on_permanent`` (marks that Tenant Failed). A step that acts on a tick (resync) has
+    ``tick`` instead: it gets the event alone and never replies.
+    """
 
     name: str
     accepts: frozenset[str]
-    handle: Handle
-    on_permanent: Callable[[TenantRef, PermanentError], object]
+    handle: Handle | None = None
+    on_permanent: Callable[[TenantRef, PermanentError], object] = _no_tenant_to_fail
     ready: Callable[[], bool] = field(default=_always_ready)
+    tick: Callable[[BaseCloudEvent], None] | None = None
 
 
 def _error(status: int, message: str, retry_after: int | None = None) -> Response:
@@ -124,6 +134,10 @@ def _deliver(step: Step) -> tuple[Response, str]:
         with logs.bind(event_id=event.get_id(), event_type=event.get_type()):
             if event.get_type() not in step.accepts:
                 raise BadEvent(f"{step.name} does not handle events of type {event.get_type()!r}")
+            if step.tick is not None:
+                step.tick(event)
+                log.info("delivery done")
+                return Response(status=204), "success"
             ref = events.tenant_ref(event)
             with logs.bind(tenant=ref.key):
                 reply = _run(step, event, ref)
@@ -177,6 +191,8 @@ def _mark_failed(step: Step, ref: TenantRef, err: PermanentError) -> Response | 
 
 
 def _run(step: Step, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+    if step.handle is None:
+        raise AssertionError(f"step {step.name} has neither handle nor tick")
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
         try:
             return step.handle(event, ref)

@@ -43,6 +43,7 @@ class Settings:
     stuck_release_seconds: int = 180
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
+    sink_url: str = ""  # K_SINK: where a function sends events of its own (resync; SinkBinding sets it)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -88,6 +89,7 @@ class Settings:
             stuck_release_seconds=_positive_int(env, "STUCK_RELEASE_SECONDS", defaults.stuck_release_seconds),
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
+            sink_url=get("K_SINK", defaults.sink_url),
         )
 
 

@@ -9,10 +9,13 @@
    each function then runs with a token of its own ServiceAccount (TokenRequest API), so a
    missing RBAC rule fails here as it would in a cluster;
 4. the kubeopera-api stand-in, unless ``kubeopera_api_url`` is given;
-5. each function under gunicorn, started with the container image's own command;
-6. the local broker, routing by the Trigger files in ``eventing/triggers``;
+5. the local broker, routing by the Trigger files in ``eventing/triggers``;
+6. each function under gunicorn, started with the container image's own command (tenant-resync
+   with ``K_SINK`` = the broker, as the SinkBinding of ``eventing/`` gives it);
 7. the vCluster stand-in (embedded control plane only);
-8. the real Knative ApiServerSource adapter, watching Tenants, posting to the broker.
+8. the real Knative ApiServerSource adapter, watching Tenants, posting to the broker;
+9. the resync tick of ``eventing/resync-pingsource.yaml`` every ``resync_seconds`` (and once at
+   start, so a Tenant created while nothing ran is picked up).
 
 Everything runs on 127.0.0.1 with ports picked free; logs go to ``<run_dir>/logs``.
 """
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.local.broker import Broker, load_triggers
+from shared.local.ticker import Ticker
 from shared.settings import Settings
 from shared.testbed import controlplane as cp_mod
 from shared.testbed.adapter import AdapterConfig, WatchedResource, start_adapter
@@ -49,6 +53,7 @@ FUNCTIONS: Mapping[str, str] = {
     "tenant-notify-api": "notify_api",
     "tenant-dead-letter": "dead_letter",
     "tenant-cleanup": "cleanup",
+    "tenant-resync": "resync",
 }
 SOURCE_SERVICE_ACCOUNT = "tenant-source"
 
@@ -66,6 +71,8 @@ class StackOptions:
     kubeconfig: Path | None = None
     ready_poll_seconds: int = 15
     cleanup_poll_seconds: int = 5
+    resync_seconds: float = 300.0  # the PingSource's schedule (every 5 minutes); 0 turns it off
+    stuck_release_seconds: int = 180
     provision_timeout_seconds: int = 600
     run_dir: Path | None = None
     log_level: str = "INFO"
@@ -86,6 +93,7 @@ class Stack:
     tools: Toolchain
     supervisor: Supervisor
     control_plane: cp_mod.ControlPlane | None
+    ticker: Ticker | None = None  # the resync PingSource's stand-in; tick() sends one now
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         """kubectl as admin; raises ``ProcessError`` with kubectl's stderr if it fails."""
@@ -147,21 +155,22 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 api = stack.enter_context(ApiStandIn())
                 api_url = api.url
 
-            urls = {}
+            urls: dict[str, str] = {}  # filled below; the broker looks subscribers up per delivery
+            broker = Broker(load_triggers(project_path("eventing", "triggers")), resolve=urls.get)
+            broker_port = broker.start()
+            stack.callback(broker.stop)
+            broker_url = f"http://127.0.0.1:{broker_port}/"
+
             for service, module in FUNCTIONS.items():
                 port = free_port()
                 env = _function_env(options, tools, run_dir, service, chart_ref, api_url, port, kubeconfigs[service])
+                env["K_SINK"] = broker_url  # what the SinkBinding gives tenant-resync
                 sup.start(
                     ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir),
                     HttpProbe(f"http://127.0.0.1:{port}/readyz"),
                     ready_timeout=120.0,
                 )
                 urls[service] = f"http://127.0.0.1:{port}/"
-
-            broker = Broker(load_triggers(project_path("eventing", "triggers")), resolve=urls.get)
-            broker_port = broker.start()
-            stack.callback(broker.stop)
-            broker_url = f"http://127.0.0.1:{broker_port}/"
 
             if control_plane is not None:
                 sup.start(
@@ -196,6 +205,11 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                     supervisor=sup,
                 )
             )
+            ticker = None
+            if options.resync_seconds > 0:
+                ticker = Ticker(broker_url, project_path("eventing", "resync-pingsource.yaml"), options.resync_seconds)
+                ticker.start()
+                stack.callback(ticker.stop)
             yield Stack(
                 admin_kubeconfig=admin,
                 run_dir=run_dir,
@@ -208,6 +222,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 tools=tools,
                 supervisor=sup,
                 control_plane=control_plane,
+                ticker=ticker,
             )
     finally:
         if owns_run_dir and not os.environ.get("KUBEOPERA_KEEP_RUN_DIR"):
@@ -263,6 +278,7 @@ def _function_env(
             "ENVIRONMENT": "local",
             "READY_POLL_SECONDS": str(options.ready_poll_seconds),
             "CLEANUP_POLL_SECONDS": str(options.cleanup_poll_seconds),
+            "STUCK_RELEASE_SECONDS": str(options.stuck_release_seconds),
             "PROVISION_TIMEOUT_SECONDS": str(options.provision_timeout_seconds),
             "LOG_LEVEL": options.log_level,
             "GUNICORN_THREADS": "4",

@@ -32,6 +32,7 @@ FUNCTION_MODULES = {
     "tenant-notify-api": "notify_api",
     "tenant-dead-letter": "dead_letter",
     "tenant-cleanup": "cleanup",
+    "tenant-resync": "resync",
 }
 
 

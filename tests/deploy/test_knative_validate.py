@@ -24,8 +24,8 @@ from .manifests import (
     run_checker,
 )
 
-EVENTING_OBJECTS = 8  # Broker, ApiServerSource, PingSource, 5 Triggers
-RENDERED_OBJECTS = 12  # the above and 5 Services
+EVENTING_OBJECTS = 10  # Broker, ApiServerSource, PingSource, SinkBinding, 6 Triggers
+RENDERED_OBJECTS = EVENTING_OBJECTS + 7  # the above and the 7 functions' Services
 
 
 def _ok_lines(stdout: str) -> list[str]:

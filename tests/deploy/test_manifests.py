@@ -146,21 +146,40 @@ def test_trigger_file_contract(path: Path) -> None:
         assert delivery["retry"] * 15 > provision_timeout(), "the retries must outlast the provision timeout"
     elif path.stem == "tenant-cleanup":
         assert delivery["retry"] * 5 >= 300, "five minutes at the default CLEANUP_POLL_SECONDS for a namespace to go"
+    elif path.stem == "tenant-resync":
+        # A tick that cannot be handled is retried a little; the next tick comes anyway.
+        assert (delivery["retry"], delivery["backoffPolicy"], delivery["backoffDelay"]) == (3, "exponential", "PT10S")
     else:
         assert (delivery["retry"], delivery["backoffPolicy"], delivery["backoffDelay"]) == (5, "exponential", "PT1S")
 
 
-def test_install_trigger_takes_tenant_add_or_update() -> None:
+def test_install_trigger_takes_tenant_add_or_update_and_resyncs_redrive() -> None:
     (trigger,) = file_documents(TRIGGERS / "tenant-install.yaml")
     assert trigger["spec"]["filters"] == [
         {
             "any": [
-                {"exact": {"type": "dev.knative.apiserver.resource.add"}},
-                {"exact": {"type": "dev.knative.apiserver.resource.update"}},
+                {
+                    "all": [
+                        {
+                            "any": [
+                                {"exact": {"type": "dev.knative.apiserver.resource.add"}},
+                                {"exact": {"type": "dev.knative.apiserver.resource.update"}},
+                            ]
+                        },
+                        {"exact": {"kind": "Tenant"}},
+                    ]
+                },
+                {"exact": {"type": "io.kubeopera.tenant.install"}},
             ]
-        },
-        {"exact": {"kind": "Tenant"}},
+        }
     ]
+
+
+def test_resync_trigger_takes_only_its_own_pingsource() -> None:
+    (trigger,) = file_documents(TRIGGERS / "tenant-resync.yaml")
+    (ping,) = file_documents(EVENTING / "resync-pingsource.yaml")
+    source = f"/apis/v1/namespaces/{ping['metadata']['namespace']}/pingsources/{ping['metadata']['name']}"
+    assert trigger["spec"]["filters"] == [{"exact": {"type": "dev.knative.sources.ping", "source": source}}]
 
 
 @pytest.mark.parametrize(
@@ -236,8 +255,12 @@ def test_install_is_heavy_and_few_the_others_light_and_many() -> None:
     services = _services()
     install = services["tenant-install"]["spec"]["template"]["spec"]["containerConcurrency"]
     for name, service in services.items():
-        if name != "tenant-install":
+        if name not in ("tenant-install", "tenant-resync"):
             assert service["spec"]["template"]["spec"]["containerConcurrency"] > install, name
+    # resync: one pass at a time, on one pod
+    resync = services["tenant-resync"]["spec"]["template"]
+    assert resync["spec"]["containerConcurrency"] == 1
+    assert resync["metadata"]["annotations"]["autoscaling.knative.dev/max-scale"] == "1"
 
 
 # ----------------------------------------------------------------------------- RBAC

@@ -33,7 +33,7 @@ import pytest
 from shared.testbed import toolchain
 from shared.testbed.registry import CHART_DIR
 
-from .manifests import DEPLOY, DOCKERFILE, FUNCTION_MODULES, REPO, SERVICES, file_documents, objects_of
+from .manifests import DEPLOY, DOCKERFILE, EVENTING, FUNCTION_MODULES, REPO, SERVICES, file_documents, objects_of
 
 # What the Dockerfile's build stage copies into the build context.
 COPIED = ("pyproject.toml", "README.md", "shared", "functions")
@@ -117,6 +117,9 @@ def _environment(service: dict[str, Any], site: Path, work: Path, port: int) -> 
         if "value" in item:
             env[item["name"]] = item["value"].replace(HELM_HOME, str(work / "helm"))
     env["VCLUSTER_CHART"] = str(CHART_DIR)
+    for binding in objects_of(file_documents(EVENTING / "resync-sinkbinding.yaml"), "SinkBinding").values():
+        if binding["spec"]["subject"]["name"] == service["metadata"]["name"]:
+            env["K_SINK"] = "http://broker-ingress.knative-eventing.svc.cluster.local/kubeopera-system/default"
     return env
 
 

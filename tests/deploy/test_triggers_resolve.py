@@ -94,9 +94,9 @@ def test_every_function_service_is_a_module_of_the_contract() -> None:
 def test_a_trigger_naming_a_missing_function_fails(tmp_path: Path) -> None:
     """The check above can fail: a Service without its module, and a Trigger to no Service."""
     services = knative_services()
-    lonely = {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "tenant-resync"}}
-    assert "no Knative Service 'tenant-resync'" in (unresolved(lonely, services, FUNCTIONS) or "")
-    services["tenant-resync"] = services["tenant-install"]
+    lonely = {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "tenant-audit"}}
+    assert "no Knative Service 'tenant-audit'" in (unresolved(lonely, services, FUNCTIONS) or "")
+    services["tenant-audit"] = services["tenant-install"]
     assert "does not exist" in (unresolved(lonely, services, FUNCTIONS) or "")
     empty_functions = tmp_path / "functions"
     empty_functions.mkdir()

@@ -64,6 +64,7 @@ var constructors = map[string]func() knativeObject{
 	"eventing.knative.dev/v1/Trigger":        func() knativeObject { return &eventingv1.Trigger{} },
 	"sources.knative.dev/v1/ApiServerSource": func() knativeObject { return &sourcesv1.ApiServerSource{} },
 	"sources.knative.dev/v1/PingSource":      func() knativeObject { return &sourcesv1.PingSource{} },
+	"sources.knative.dev/v1/SinkBinding":     func() knativeObject { return &sourcesv1.SinkBinding{} },
 	"serving.knative.dev/v1/Service":         func() knativeObject { return &servingv1.Service{} },
 }
 

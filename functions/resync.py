@@ -1,0 +1,173 @@
+"""resync: every Tenant converges, whatever events were lost.
+
+An event is a hint, and Knative forgets: the ApiServerSource misses what changes while it is
+down, an in-memory broker loses what it holds when it restarts, and a retry budget can run out
+(design.md section 4). The PingSource ``tenant-resync`` ticks (``dev.knative.sources.ping``);
+on each tick this function lists the Tenants in one call and, for each one that is not where it
+should be, re-drives the step it waits for by sending that step's event to the broker
+(``K_SINK``), exactly as the chain would have:
+
+========================================================  =========================================
+the Tenant                                                re-drive
+========================================================  =========================================
+no status, Pending, a generation not yet observed, or     ``io.kubeopera.tenant.install``
+settled by the version before ownership (no finalizer)
+Provisioning at its generation for longer than a poll     ``io.kubeopera.tenant.provisioning``
+Provisioning past ``PROVISION_TIMEOUT_SECONDS``           resync fails it (``ProvisionTimeout``)
+Ready, its release gone (no vCluster StatefulSet)         phase Pending, then ``...install``
+Ready, the kubeconfig Secret missing or not vcluster's    ``io.kubeopera.tenant.ready``
+Ready, ``CallbackDelivered=False``                        ``io.kubeopera.tenant.kubeconfig.stored``
+being deleted, cleanup never started or stalled           ``io.kubeopera.tenant.cleanup``
+Failed (waiting for a person), or Ready with no drift     nothing
+========================================================  =========================================
+
+The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
+it reads the StatefulSet and the two Secrets of each Ready Tenant. A Tenant being worked on at
+that moment may get a duplicate event, which the steps' idempotence and resourceVersion guards
+make harmless. A failure to send is temporary: the tick is re-delivered and the pass runs again.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from cloudevents.core.base import BaseCloudEvent
+from flask import Flask
+
+from functions.cleanup import gave_up
+from shared import events, logs
+from shared.errors import ConfigError, ProvisionTimeout
+from shared.http import Step, function_app
+from shared.kube import Kube
+from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.reconcile import mark_failed, write_status
+from shared.runtime import Runtime
+from shared.settings import Settings
+from shared.sink import Sink
+from shared.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, parse_time, rfc3339, utcnow
+
+NAME = "resync"
+log = logging.getLogger(__name__)
+
+# A deletion whose cleanup made no progress (phase Deleting, lastSyncedAt) for this long stalled.
+CLEANUP_STALL_SECONDS = 60
+
+
+class Redrive(enum.Enum):
+    INSTALL = events.INSTALL
+    CHECK = events.PROVISIONING
+    STORE = events.READY
+    NOTIFY = events.KUBECONFIG_STORED
+    CLEANUP = events.CLEANUP
+    TIMEOUT = "fail: provision timeout"
+    REINSTALL = "phase Pending, then install"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """What resync saw of a Ready Tenant's vCluster."""
+
+    release_present: bool  # the vCluster StatefulSet exists
+    kubeconfig_current: bool  # the stored kubeconfig exists and is what vcluster wrote
+
+
+def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | None) -> Redrive | None:
+    """What this Tenant waits for, if anything. ``drift`` is observed for Ready Tenants only."""
+    status = tenant.status
+    since = parse_time(status.last_synced_at)
+    idle = (now - since).total_seconds() if since else float("inf")
+    if tenant.deleting:
+        if not tenant.has_finalizer or gave_up(tenant):
+            return None
+        if status.phase != Phase.DELETING or idle > CLEANUP_STALL_SECONDS:
+            return Redrive.CLEANUP
+        return None
+    if status.phase == Phase.FAILED:
+        return None
+    if status.phase in (None, Phase.PENDING) or status.observed_generation != tenant.generation:
+        return Redrive.INSTALL
+    if not tenant.has_finalizer:
+        return Redrive.INSTALL  # provisioned by the version before ownership
+    if status.phase == Phase.PROVISIONING:
+        if idle > settings.provision_timeout_seconds:
+            return Redrive.TIMEOUT
+        return Redrive.CHECK if idle > settings.ready_poll_seconds else None
+    if status.phase == Phase.READY and drift is not None:
+        if not drift.release_present:
+            return Redrive.REINSTALL
+        if not drift.kubeconfig_current:
+            return Redrive.STORE
+        callback = status.condition(COND_CALLBACK)
+        if callback is not None and callback.status == "False":
+            return Redrive.NOTIFY
+    return None
+
+
+def observe(kube: Kube, settings: Settings, tenant: Tenant) -> Drift:
+    names = tenant.spec.names
+    present = kube.get_rollout(names.namespace, names.release) is not None
+    stored = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
+    written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
+    return Drift(release_present=present, kubeconfig_current=current)
+
+
+def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = None) -> dict[str, int]:
+    """One pass; returns how many Tenants got each re-drive (for the log and the tests)."""
+    moment = now or utcnow()
+    counts: dict[str, int] = {}
+    tenants = kube.list_tenants(settings.tenant_namespace, "")
+    for tenant in tenants:
+        ready = tenant.ready_at_generation() and tenant.has_finalizer and not tenant.deleting
+        action = decide(tenant, moment, settings, observe(kube, settings, tenant) if ready else None)
+        if action is None:
+            continue
+        with logs.bind(tenant=tenant.key):
+            log.info("re-driving", extra={"redrive": action.name, "phase": str(tenant.status.phase)})
+            _redrive(kube, sink, settings, tenant, action, moment)
+        counts[action.name] = counts.get(action.name, 0) + 1
+    log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
+    return counts
+
+
+def _redrive(kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action: Redrive, now: datetime) -> None:
+    names = tenant.spec.names
+    if action == Redrive.TIMEOUT:
+        since = parse_time(tenant.status.last_synced_at)
+        elapsed = (now - since).total_seconds() if since else 0.0
+        error = ProvisionTimeout(
+            f"vCluster not ready {elapsed:.0f}s after provisioning began "
+            f"(PROVISION_TIMEOUT_SECONDS={settings.provision_timeout_seconds}); found by resync"
+        )
+        mark_failed(kube, tenant.ref, str(error), error.reason)
+        return
+    if action == Redrive.REINSTALL:
+        tenant = write_status(
+            kube,
+            tenant,
+            StatusUpdate(
+                phase=Phase.PENDING,
+                fields={
+                    "message": f"helm release {names.release} is gone; provisioning it again",
+                    "lastSyncedAt": rfc3339(utcnow()),
+                },
+            ),
+        )
+        action = Redrive.INSTALL
+    extra = {"kubeconfigSecret": names.kubeconfig_secret} if action == Redrive.NOTIFY else {}
+    sink.send(events.make(action.value, NAME, tenant.ref, **extra), traceparent=logs.current("traceparent"))
+
+
+def create_app() -> Flask:
+    rt = Runtime.start(NAME)
+    if not rt.settings.sink_url:
+        raise ConfigError("K_SINK must be set (Knative's SinkBinding sets it to the Broker's address)")
+    sink = Sink(rt.settings.sink_url)
+
+    def tick(event: BaseCloudEvent) -> None:
+        resync(rt.kube, sink, rt.settings)
+
+    return function_app(Step(name=NAME, accepts=frozenset({events.PING}), tick=tick))

@@ -1,0 +1,48 @@
+"""Sending an event on one's own (not as a reply): the one HTTP client for the broker.
+
+A function answers most events with at most one reply, which the broker takes back. resync
+re-drives many Tenants from one tick, so it posts its events to its sink instead: ``K_SINK``,
+which Knative's SinkBinding sets to the Broker's address (``eventing/resync-sinkbinding.yaml``)
+and the local stack sets to its broker. Events go in binary mode, with the ``traceparent`` of the
+delivery that caused them. A refused connection is retried briefly (tenacity); any answer other
+than 2xx is a ``TemporaryError``, so the tick is re-delivered and the pass runs again (every
+re-drive is idempotent).
+"""
+
+from __future__ import annotations
+
+import requests
+from cloudevents.core.base import BaseCloudEvent
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
+
+from shared import events
+from shared.errors import TemporaryError
+
+
+class Sink:
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        self._url = url
+        self._timeout = timeout
+        self._session = requests.Session()
+
+    def send(self, event: BaseCloudEvent, traceparent: str = "") -> None:
+        headers, body = events.to_binary(event)
+        if traceparent:
+            headers["traceparent"] = traceparent
+        try:
+            response = self._post(headers, body)
+        except requests.RequestException as err:
+            raise TemporaryError(
+                f"the broker at {self._url} is unreachable ({type(err).__name__})", retry_after=5
+            ) from None
+        if not 200 <= response.status_code < 300:
+            raise TemporaryError(f"the broker answered {response.status_code} to {event.get_type()}", retry_after=5)
+
+    @retry(
+        retry=retry_if_exception_type(requests.ConnectionError),
+        stop=stop_after_attempt(3),
+        wait=wait_fixed(0.5),
+        reraise=True,
+    )
+    def _post(self, headers: dict[str, str], body: bytes) -> requests.Response:
+        return self._session.post(self._url, headers=headers, data=body, timeout=(2.0, self._timeout))
