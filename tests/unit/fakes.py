@@ -1,5 +1,6 @@
 """Small in-memory stand-ins for the two adapters (``shared.kube.Kube``, ``shared.helm.Helm``) and
-for kubeopera-api, so the functions' decisions run as they are, in milliseconds.
+for kubeopera-api and the broker (resync's ``Sink``), so the functions' decisions run as they are, in
+milliseconds.
 
 They keep plain data (a Tenant is the dict the API server would return) and answer the way the
 real adapters do: Tenants come back as ``Tenant.from_object``, a status write applies
@@ -15,6 +16,8 @@ import copy
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
+
+from cloudevents.core.base import BaseCloudEvent
 
 from shared.errors import Conflict, TemporaryError, TenantGone
 from shared.helm import DEPLOYED, PENDING_STATES, Guard, ReleaseState
@@ -188,6 +191,12 @@ class FakeKube:
 
     def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
         self.calls["list_tenants"] += 1
+        if field_selector == "":  # no selector: every Tenant of the namespace (resync's one list call)
+            return [
+                Tenant.from_object(copy.deepcopy(obj))
+                for (ns, _name), obj in sorted(self.tenants.items())
+                if ns == namespace
+            ]
         key, _, value = field_selector.partition("=")
         if key not in _SELECTABLE or not value:
             raise ValueError(f"field selector {field_selector!r} is not a selectable field of Tenants")
@@ -402,6 +411,26 @@ class FakeHelm:
         self._operate("uninstall", name, namespace)
         del self.releases[(namespace, name)]
         return True
+
+
+class FakeSink:
+    """The broker as resync's ``Sink`` sees it: records each event (and its traceparent) it is sent;
+    with ``failure`` it raises that instead, as ``Sink`` does when the broker is down. With a
+    ``FakeKube`` each send is journaled there too, so a test sees it in order with the writes."""
+
+    def __init__(self, kube: FakeKube | None = None, failure: TemporaryError | None = None) -> None:
+        self.kube = kube
+        self.failure = failure
+        self.sent: list[BaseCloudEvent] = []
+        self.traceparents: list[str] = []
+
+    def send(self, event: BaseCloudEvent, traceparent: str = "") -> None:
+        if self.failure is not None:
+            raise self.failure
+        self.sent.append(event)
+        self.traceparents.append(traceparent)
+        if self.kube is not None:
+            self.kube.journal.append(("send", event.get_type()))
 
 
 class FakeKubeoperaApi:

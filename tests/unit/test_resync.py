@@ -1,0 +1,797 @@
+"""resync (``functions/resync.py``): the pure ``decide`` for every row of its table and its edges,
+``resync`` passes end to end over in-memory adapters (``tests/unit/fakes.py``), notify-api's
+re-send of a failed callback, and the HTTP layer's tick steps.
+
+Tenants are either written by hand (for ``decide``) or taken through the real install,
+store-kubeconfig and notify-api ``handle`` functions, so a "settled" Tenant is exactly what the
+chain leaves behind. No cluster, helm or Go tool is involved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cloudevents.core.base import BaseCloudEvent
+from cloudevents.core.v1.event import CloudEvent
+
+from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
+from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, decide, resync
+from shared import events
+from shared.errors import NotReadyYet, ProvisionTimeout, TemporaryError
+from shared.http import Step, function_app
+from shared.kube import Rollout
+from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
+from shared.local.ticker import ping_event
+from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.settings import Settings
+from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
+
+from .fakes import (
+    DELETED_AT,
+    TENANT_NAMESPACE,
+    FakeHelm,
+    FakeKube,
+    FakeKubeoperaApi,
+    FakeSink,
+    ref_of,
+    tenant_object,
+)
+
+SETTINGS = Settings(cleanup_poll_seconds=7, ready_poll_seconds=15, provision_timeout_seconds=600)
+POLL, TIMEOUT = SETTINGS.ready_poll_seconds, SETTINGS.provision_timeout_seconds
+CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
+CS_CAROL = "0b6f5a4e-3d2c-4b1a-9f8e-7d6c5b4a3f2e"
+CS_DAVE = "5c4b3a29-1807-4f6e-9d5c-4b3a29180706"
+BOB_NS = "vcluster-bob-dev"
+BOB_RELEASE = "vc-bob-dev"
+BOB_VC_SECRET = "vc-vc-bob-dev"
+BOB_SECRET = f"tenant-{CS_BOB}-kubeconfig"
+BOB_KEY = f"{TENANT_NAMESPACE}/bob-dev"
+CONFIG = b"apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3cret}}]\n"
+SOURCE = "/kubeopera/tenants/resync"
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+PINGSOURCE = Path(__file__).resolve().parents[2] / "eventing" / "resync-pingsource.yaml"
+TRACEPARENT = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"
+
+NO_DRIFT = Drift(release_present=True, kubeconfig_current=True)
+RELEASE_GONE = Drift(release_present=False, kubeconfig_current=True)
+KUBECONFIG_STALE = Drift(release_present=True, kubeconfig_current=False)
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def helm(kube: FakeKube) -> FakeHelm:
+    return FakeHelm(kube)
+
+
+@pytest.fixture
+def sink() -> FakeSink:
+    return FakeSink()
+
+
+# Tenants written by hand, for decide ------------------------------------------------------------
+
+
+def status(
+    phase: str,
+    *,
+    ago: float = 3600,
+    observed: int = 1,
+    callback: str | None = "True",
+    ready_reason: str | None = None,
+) -> dict[str, Any]:
+    """A status as the steps write it: ``lastSyncedAt`` ``ago`` seconds before ``NOW``."""
+    conditions: list[dict[str, Any]] = [
+        {"type": "ReleaseInstalled", "status": "True", "reason": "Installed", "observedGeneration": observed}
+    ]
+    if callback is not None:
+        conditions.append(
+            {"type": "CallbackDelivered", "status": callback, "reason": "x", "observedGeneration": observed}
+        )
+    if ready_reason is not None:
+        conditions.append({"type": "Ready", "status": "False", "reason": ready_reason, "observedGeneration": observed})
+    return {
+        "phase": phase,
+        "observedGeneration": observed,
+        "lastSyncedAt": rfc3339(NOW - timedelta(seconds=ago)),
+        "conditions": conditions,
+    }
+
+
+def tenant(
+    state: dict[str, Any] | None = None, *, finalizer: bool = True, generation: int = 1, deleting: bool = False
+) -> Tenant:
+    obj = tenant_object("bob-dev", CS_BOB, status=state, finalizers=[FINALIZER] if finalizer else None)
+    obj["metadata"]["generation"] = generation
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = DELETED_AT
+    return Tenant.from_object(obj)
+
+
+# Tenants taken through the real steps, for resync -----------------------------------------------
+
+
+def live(kube: FakeKube, name: str = "bob-dev") -> Tenant:
+    found = kube.get_tenant(TENANT_NAMESPACE, name)
+    assert found is not None, f"Tenant {name} is gone"
+    return found
+
+
+def current(kube: FakeKube, name: str = "bob-dev") -> dict[str, Any]:
+    obj = kube.tenant_dict(TENANT_NAMESPACE, name)
+    assert obj is not None, f"Tenant {name} is gone"
+    return obj
+
+
+def booted(kube: FakeKube, tenant_name: str) -> None:
+    """The StatefulSet rolled out and its pod is ready; vcluster wrote its kubeconfig Secret."""
+    ns, release = f"vcluster-{tenant_name}", f"vc-{tenant_name}"
+    kube.rollouts[(ns, release)] = Rollout(1, 1, 1, 1, 1)
+    kube.add_secret(ns, f"vc-{release}", {VCLUSTER_CONFIG_KEY: CONFIG + tenant_name.encode()}, {})
+
+
+def provisioning(kube: FakeKube, helm: FakeHelm, name: str = "bob-dev", cs: str = CS_BOB) -> dict[str, Any]:
+    """A new Tenant through install: Provisioning, its release installed."""
+    obj = kube.add_tenant(tenant_object(name, cs))
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
+    assert live(kube, name).status.phase == "Provisioning"
+    return current(kube, name)
+
+
+def ready(
+    kube: FakeKube, helm: FakeHelm, name: str = "bob-dev", cs: str = CS_BOB, api: FakeKubeoperaApi | None = None
+) -> dict[str, Any]:
+    """A Tenant taken through install, store-kubeconfig and notify-api: Ready, as the chain leaves it."""
+    obj = provisioning(kube, helm, name, cs)
+    booted(kube, name)
+    assert store_kubeconfig.handle(kube, SETTINGS, ref_of(obj)) is not None
+    notify_api.handle(kube, api or FakeKubeoperaApi(), ref_of(obj))
+    assert live(kube, name).status.phase == "Ready"
+    return current(kube, name)
+
+
+def synced_at(kube: FakeKube, name: str = "bob-dev") -> datetime:
+    moment = parse_time(live(kube, name).status.last_synced_at)
+    assert moment is not None
+    return moment
+
+
+def only_event(sink: FakeSink) -> BaseCloudEvent:
+    assert len(sink.sent) == 1, f"expected one event, got {[e.get_type() for e in sink.sent]}"
+    return sink.sent[0]
+
+
+DOWN = CallbackResult(False, "answered 502")
+
+
+# decide: every row of the table -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("subject", "drift", "expected"),
+    [
+        pytest.param(tenant(None), None, Redrive.INSTALL, id="no-status"),
+        pytest.param(tenant({"phase": "Pending"}), None, Redrive.INSTALL, id="pending"),
+        pytest.param(tenant(status("Provisioning"), generation=2), None, Redrive.INSTALL, id="provisioning-old-gen"),
+        pytest.param(tenant(status("Ready"), generation=2), None, Redrive.INSTALL, id="ready-new-generation"),
+        pytest.param(tenant(status("Ready"), finalizer=False), None, Redrive.INSTALL, id="ready-no-finalizer"),
+        pytest.param(tenant(status("Provisioning", ago=POLL + 1)), None, Redrive.CHECK, id="provisioning-past-a-poll"),
+        pytest.param(tenant(status("Provisioning", ago=TIMEOUT + 1)), None, Redrive.TIMEOUT, id="provisioning-timeout"),
+        pytest.param(tenant(status("Ready")), RELEASE_GONE, Redrive.REINSTALL, id="ready-release-gone"),
+        pytest.param(tenant(status("Ready")), KUBECONFIG_STALE, Redrive.STORE, id="ready-kubeconfig-not-current"),
+        pytest.param(tenant(status("Ready", callback="False")), NO_DRIFT, Redrive.NOTIFY, id="ready-callback-failed"),
+        pytest.param(tenant(status("Ready"), deleting=True), None, Redrive.CLEANUP, id="deleting-never-started"),
+        pytest.param(
+            tenant(status("Deleting", ago=CLEANUP_STALL_SECONDS + 1), deleting=True),
+            None,
+            Redrive.CLEANUP,
+            id="deleting-stalled",
+        ),
+        pytest.param(tenant(status("Failed", ready_reason="OwnershipConflict")), None, None, id="failed"),
+        pytest.param(tenant(status("Ready")), NO_DRIFT, None, id="ready-no-drift"),
+    ],
+)
+def test_decide_follows_the_table(subject: Tenant, drift: Drift | None, expected: Redrive | None) -> None:
+    assert decide(subject, NOW, SETTINGS, drift) == expected
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        pytest.param(tenant(status("Failed", ready_reason="ProvisionTimeout")), id="failed"),
+        pytest.param(tenant(status("Failed", ready_reason="OwnershipConflict"), generation=2), id="failed-new-gen"),
+        pytest.param(
+            tenant(status("Failed", ready_reason="DeliveryFailed"), finalizer=False), id="failed-no-finalizer"
+        ),
+        pytest.param(tenant(status("Failed", ago=TIMEOUT * 10, ready_reason="ProvisionTimeout")), id="failed-long-ago"),
+    ],
+)
+def test_decide_leaves_a_failed_tenant_to_a_person(subject: Tenant) -> None:
+    assert decide(subject, NOW, SETTINGS, None) is None
+    assert decide(subject, NOW, SETTINGS, RELEASE_GONE) is None  # whatever resync would have seen
+
+
+@pytest.mark.parametrize(
+    ("ago", "expected"),
+    [
+        (0, None),
+        (POLL - 1, None),
+        (POLL, None),  # exactly one poll: check-ready's own re-delivery is due only now
+        (POLL + 1, Redrive.CHECK),
+        (TIMEOUT, Redrive.CHECK),  # at the timeout, not past it
+        (TIMEOUT + 1, Redrive.TIMEOUT),
+        (TIMEOUT * 10, Redrive.TIMEOUT),
+    ],
+)
+def test_decide_provisioning_waits_a_poll_then_checks_then_times_out(ago: int, expected: Redrive | None) -> None:
+    assert decide(tenant(status("Provisioning", ago=ago)), NOW, SETTINGS, None) == expected
+
+
+@pytest.mark.parametrize("ago", [TIMEOUT - 1, TIMEOUT, TIMEOUT + 1, TIMEOUT + 2])
+def test_decide_times_out_exactly_when_check_ready_would(ago: int) -> None:
+    # "check-ready decides that": resync must not fail a Tenant check-ready would still poll
+    subject = tenant(status("Provisioning", ago=ago))
+    verdict = check_ready.poll_verdict(subject, "waiting", SETTINGS, NOW, None)
+    assert (decide(subject, NOW, SETTINGS, None) == Redrive.TIMEOUT) == isinstance(verdict, ProvisionTimeout)
+
+
+@pytest.mark.parametrize(
+    ("subject", "expected"),
+    [
+        pytest.param(tenant(status("Failed", ready_reason="CleanupFailed"), deleting=True), None, id="cleanup-gave-up"),
+        pytest.param(
+            tenant({**status("Failed", ready_reason="CleanupFailed"), "phase": "Pending"}, deleting=True),
+            Redrive.CLEANUP,
+            id="gave-up-then-retried",
+        ),
+        pytest.param(
+            tenant(status("Failed", ready_reason="ProvisionTimeout"), deleting=True),
+            Redrive.CLEANUP,
+            id="failed-before-deletion",
+        ),
+        pytest.param(tenant(status("Deleting", ago=0), deleting=True), None, id="deleting-just-now"),
+        pytest.param(tenant(status("Deleting", ago=CLEANUP_STALL_SECONDS), deleting=True), None, id="deleting-60s"),
+        pytest.param(
+            tenant(status("Deleting", ago=CLEANUP_STALL_SECONDS + 1), deleting=True),
+            Redrive.CLEANUP,
+            id="deleting-61s",
+        ),
+        pytest.param(tenant(status("Ready"), deleting=True, finalizer=False), None, id="no-finalizer"),
+        pytest.param(tenant(status("Deleting", ago=0), deleting=True, finalizer=False), None, id="finalizer-removed"),
+        pytest.param(tenant(None, deleting=True), Redrive.CLEANUP, id="never-got-far"),
+        pytest.param(tenant(status("Provisioning", ago=TIMEOUT + 1), deleting=True), Redrive.CLEANUP, id="not-timeout"),
+    ],
+)
+def test_decide_for_a_tenant_being_deleted(subject: Tenant, expected: Redrive | None) -> None:
+    assert subject.deleting
+    assert decide(subject, NOW, SETTINGS, None) == expected
+
+
+def test_decide_a_settled_tenant_without_the_finalizer_gets_install() -> None:
+    for phase in ("Ready", "Provisioning"):
+        legacy = tenant(status(phase, ago=0), finalizer=False)
+        assert decide(legacy, NOW, SETTINGS, None) == Redrive.INSTALL, phase
+        assert install.skip_reason(legacy) is None, "install must act on what resync sends it"
+
+
+def test_decide_a_new_generation_gets_install_whatever_the_phase_was() -> None:
+    for phase in ("Pending", "Provisioning", "Ready"):
+        edited = tenant(status(phase, ago=0, observed=1), generation=2)
+        assert decide(edited, NOW, SETTINGS, None) == Redrive.INSTALL, phase
+        assert install.skip_reason(edited) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "drift", "expected"),
+    [
+        pytest.param(status("Ready", callback="False"), Drift(False, False), Redrive.REINSTALL, id="gone-beats-all"),
+        pytest.param(status("Ready", callback="False"), KUBECONFIG_STALE, Redrive.STORE, id="store-before-notify"),
+        pytest.param(status("Ready", callback="True"), NO_DRIFT, None, id="callback-delivered"),
+        pytest.param(status("Ready", callback=None), NO_DRIFT, None, id="no-callback-condition"),
+        pytest.param(status("Ready", callback="False"), None, None, id="not-observed"),
+        pytest.param(status("Provisioning", ago=0), RELEASE_GONE, None, id="drift-is-for-ready-only"),
+    ],
+)
+def test_decide_ready_drift_in_order(state: dict[str, Any], drift: Drift | None, expected: Redrive | None) -> None:
+    assert decide(tenant(state), NOW, SETTINGS, drift) == expected
+
+
+# resync: a settled pass ------------------------------------------------------------------------
+
+
+def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    for name, cs in (("bob-dev", CS_BOB), ("carol", CS_CAROL), ("dave", CS_DAVE)):
+        ready(kube, helm, name, cs)
+        stored = kube.secrets[(TENANT_NAMESPACE, f"tenant-{cs}-kubeconfig")]["data"][KUBECONFIG_KEY]
+        assert stored == kube.secrets[(f"vcluster-{name}", f"vc-vc-{name}")]["data"][VCLUSTER_CONFIG_KEY]
+    writes, operations = Counter(kube.writes), list(helm.operations)
+    kube.journal.clear()
+    kube.calls.clear()
+    helm.calls.clear()
+
+    for _ in range(2):
+        assert resync(kube, sink, SETTINGS) == {}
+
+    assert sink.sent == []
+    assert kube.journal == []
+    assert kube.writes == writes
+    # one list per pass; per Ready Tenant its StatefulSet and the two Secrets, nothing else
+    assert kube.calls == Counter({"list_tenants": 2, "get_rollout": 6, "get_secret": 6, "read_secret_key": 6})
+    assert helm.calls == Counter() and helm.operations == operations
+
+
+@pytest.mark.parametrize(
+    ("stored_too", "expected"),
+    [pytest.param(True, {}, id="stored-kept"), pytest.param(False, {"STORE": 1}, id="stored-missing")],
+)
+def test_a_vcluster_secret_gone_does_not_count_as_drift_while_a_kubeconfig_is_stored(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, stored_too: bool, expected: dict[str, int]
+) -> None:
+    # vcluster rewrites its Secret when its pod restarts: meanwhile there is nothing newer to copy,
+    # so the stored kubeconfig stands; a missing one is still re-stored
+    ready(kube, helm)
+    del kube.secrets[(BOB_NS, BOB_VC_SECRET)]
+    if not stored_too:
+        del kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]
+
+    assert resync(kube, sink, SETTINGS) == expected
+    assert [e.get_type() for e in sink.sent] == ([events.READY] if expected else [])
+
+
+def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them(
+    kube: FakeKube, sink: FakeSink
+) -> None:
+    kube.add_tenant(
+        tenant_object(
+            "bob-dev", CS_BOB, status=status("Failed", ready_reason="OwnershipConflict"), finalizers=[FINALIZER]
+        )
+    )
+    kube.add_tenant(
+        tenant_object("carol", CS_CAROL, status=status("Failed", ready_reason="CleanupFailed"), finalizers=[FINALIZER])
+    )
+    kube.delete_tenant(TENANT_NAMESPACE, "carol")
+    kube.calls.clear()
+
+    assert resync(kube, sink, SETTINGS, now=NOW) == {}
+
+    assert sink.sent == [] and kube.journal == []
+    assert kube.calls == Counter({"list_tenants": 1})
+
+
+# resync: each kind of drift ---------------------------------------------------------------------
+
+# Each sets a Tenant up, and returns the event type resync must send and the "now" of the pass.
+Scenario = Callable[[FakeKube, FakeHelm], tuple[str, datetime | None]]
+
+
+def first_event_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB))  # the ApiServerSource was down: no status at all
+    return events.INSTALL, None
+
+
+def install_delivery_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending", "lastSyncedAt": rfc3339(NOW)}))
+    return events.INSTALL, NOW
+
+
+def spec_edit_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    ready(kube, helm)
+    kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "4"})
+    return events.INSTALL, None
+
+
+def settled_by_previous_version(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    ready(kube, helm)
+    kube.tenants[(TENANT_NAMESPACE, "bob-dev")]["metadata"]["finalizers"] = []
+    return events.INSTALL, None
+
+
+def poll_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    provisioning(kube, helm)
+    return events.PROVISIONING, synced_at(kube) + timedelta(seconds=POLL + 1)
+
+
+def stored_kubeconfig_deleted(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    ready(kube, helm)
+    del kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]
+    return events.READY, None
+
+
+def vcluster_wrote_a_new_kubeconfig(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    ready(kube, helm)
+    kube.secrets[(BOB_NS, BOB_VC_SECRET)]["data"] = {VCLUSTER_CONFIG_KEY: CONFIG + b"# rotated\n"}
+    return events.READY, None
+
+
+def callback_failed(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    ready(kube, helm, api=FakeKubeoperaApi(DOWN))
+    return events.KUBECONFIG_STORED, None
+
+
+def deletion_event_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    ready(kube, helm)
+    kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
+    return events.CLEANUP, None
+
+
+def cleanup_stalled(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
+    ready(kube, helm)
+    obj = kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
+    assert obj is not None
+    with pytest.raises(NotReadyYet):  # phase Deleting; the namespace is terminating
+        cleanup.handle(kube, helm, FakeKubeoperaApi(), SETTINGS, CloudEvent(_cleanup_attrs(), obj), ref_of(obj))
+    assert live(kube).status.phase == "Deleting"
+    return events.CLEANUP, synced_at(kube) + timedelta(seconds=CLEANUP_STALL_SECONDS + 1)
+
+
+def _cleanup_attrs() -> dict[str, Any]:
+    return {"type": events.CLEANUP, "source": "/test", "datacontenttype": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "redrive"),
+    [
+        pytest.param(first_event_lost, "INSTALL", id="install-no-status"),
+        pytest.param(install_delivery_lost, "INSTALL", id="install-pending"),
+        pytest.param(spec_edit_lost, "INSTALL", id="install-new-generation"),
+        pytest.param(settled_by_previous_version, "INSTALL", id="install-no-finalizer"),
+        pytest.param(poll_lost, "CHECK", id="check-provisioning"),
+        pytest.param(stored_kubeconfig_deleted, "STORE", id="store-secret-deleted"),
+        pytest.param(vcluster_wrote_a_new_kubeconfig, "STORE", id="store-secret-stale"),
+        pytest.param(callback_failed, "NOTIFY", id="notify-callback-failed"),
+        pytest.param(deletion_event_lost, "CLEANUP", id="cleanup-never-started"),
+        pytest.param(cleanup_stalled, "CLEANUP", id="cleanup-stalled"),
+    ],
+)
+def test_each_drift_sends_exactly_its_steps_event(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, scenario: Scenario, redrive: str
+) -> None:
+    event_type, now = scenario(kube, helm)
+    mark = len(kube.journal)
+
+    counts = resync(kube, sink, SETTINGS, now=now)
+
+    assert counts == {redrive: 1}
+    assert kube.journal[mark:] == [], "a re-drive by event writes nothing itself"
+    sent = only_event(sink)
+    subject = live(kube)
+    extra = {"kubeconfigSecret": BOB_SECRET} if redrive == "NOTIFY" else {}
+    assert sent.get_type() == event_type
+    assert sent.get_source() == SOURCE
+    assert sent.get_subject() == BOB_KEY
+    assert sent.get_data() == {
+        "namespace": TENANT_NAMESPACE,
+        "name": "bob-dev",
+        "uid": subject.uid,
+        "generation": subject.generation,
+        **extra,
+    }
+    # what the step it goes to reads from it: this very Tenant at its current generation
+    assert events.tenant_ref(sent) == subject.ref
+
+
+def test_one_pass_redrives_each_waiting_tenant_once_in_one_list(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    ready(kube, helm, "bob-dev", CS_BOB)  # settled
+    ready(kube, helm, "carol", CS_CAROL, api=FakeKubeoperaApi(DOWN))  # its callback failed
+    kube.add_tenant(tenant_object("dave", CS_DAVE))  # never seen
+    kube.calls.clear()
+
+    counts = resync(kube, sink, SETTINGS)
+
+    assert counts == {"NOTIFY": 1, "INSTALL": 1}
+    assert [(e.get_subject(), e.get_type()) for e in sink.sent] == [
+        (f"{TENANT_NAMESPACE}/carol", events.KUBECONFIG_STORED),
+        (f"{TENANT_NAMESPACE}/dave", events.INSTALL),
+    ]
+    assert kube.calls["list_tenants"] == 1 and kube.calls["get_tenant"] == 0
+
+
+def test_a_provisioning_tenant_younger_than_a_poll_gets_nothing(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    provisioning(kube, helm)
+    mark = len(kube.journal)
+    assert resync(kube, sink, SETTINGS, now=synced_at(kube) + timedelta(seconds=POLL)) == {}
+    assert sink.sent == [] and kube.journal[mark:] == []
+
+
+def test_timeout_fails_the_tenant_found_by_resync(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    provisioning(kube, helm)
+    mark = len(kube.journal)
+    later = synced_at(kube) + timedelta(seconds=TIMEOUT + 1)
+
+    assert resync(kube, sink, SETTINGS, now=later) == {"TIMEOUT": 1}
+
+    assert sink.sent == []
+    assert kube.journal[mark:] == [("status", f"{BOB_KEY}:Failed"), ("event", "ProvisionTimeout")]
+    failed = live(kube).status
+    assert failed.phase == "Failed"
+    assert "found by resync" in failed.message
+    assert failed.message == (
+        f"vCluster not ready {TIMEOUT + 1}s after provisioning began (PROVISION_TIMEOUT_SECONDS={TIMEOUT}); "
+        "found by resync"
+    )
+    ready_cond = failed.condition("Ready")
+    assert ready_cond is not None and (ready_cond.status, ready_cond.reason) == ("False", "ProvisionTimeout")
+    assert kube.event("ProvisionTimeout")["type"] == "Warning"
+    # a Failed Tenant waits for a person: the next pass leaves it alone
+    mark = len(kube.journal)
+    assert resync(kube, sink, SETTINGS, now=later + timedelta(hours=1)) == {}
+    assert kube.journal[mark:] == [] and sink.sent == []
+
+
+def test_release_gone_writes_pending_then_sends_install_which_installs_it_again(kube: FakeKube, helm: FakeHelm) -> None:
+    ready(kube, helm)
+    del helm.releases[(BOB_NS, BOB_RELEASE)]  # helm uninstall by hand: the StatefulSet goes with it
+    del kube.rollouts[(BOB_NS, BOB_RELEASE)]
+    sink = FakeSink(kube)  # journals each send in order with the writes
+    mark = len(kube.journal)
+
+    assert resync(kube, sink, SETTINGS) == {"REINSTALL": 1}
+
+    assert kube.journal[mark:] == [
+        ("status", f"{BOB_KEY}:Pending"),
+        ("event", "Pending"),
+        ("send", events.INSTALL),
+    ]
+    message = f"helm release {BOB_RELEASE} is gone; provisioning it again"
+    assert kube.events[-1] == {
+        "tenant": BOB_KEY,
+        "uid": live(kube).uid,
+        "type": "Normal",
+        "reason": "Pending",
+        "message": message,
+        "count": 1,
+    }
+    pending = live(kube)
+    assert (pending.status.phase, pending.status.message) == ("Pending", message)
+    sent = only_event(sink)
+    assert (sent.get_type(), sent.get_source()) == (events.INSTALL, SOURCE)
+    assert sent.get_data() == events.ref_data(pending.ref)
+
+    # install takes it from there, as it does any Pending Tenant
+    assert install.handle(kube, helm, SETTINGS, events.tenant_ref(sent)) is not None
+    assert helm.operations[-1] == ("install", f"{BOB_NS}/{BOB_RELEASE}")
+    assert live(kube).status.phase == "Provisioning"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "functions/resync.py:111 (observe) takes 'no vCluster StatefulSet' for 'release gone', and "
+        "functions/resync.py:147-159 (_redrive REINSTALL) answers it with phase Pending + install; but "
+        "install -> Helm.install_or_upgrade (shared/helm.py:223, _unchanged) makes no helm operation for a "
+        "deployed release with the same values. Input: a Ready Tenant whose StatefulSet was deleted by "
+        "hand while its helm release is still deployed. Expected: the re-drive brings the StatefulSet "
+        "back (a helm operation on the release). Actual: no helm operation, the status says the release "
+        "is gone, and check-ready waits for a StatefulSet nothing will create until ProvisionTimeout."
+    ),
+)
+def test_a_statefulset_deleted_by_hand_is_brought_back_by_the_reinstall(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    ready(kube, helm)
+    del kube.rollouts[(BOB_NS, BOB_RELEASE)]  # kubectl delete statefulset; the release stays deployed
+    operations = list(helm.operations)
+
+    assert resync(kube, sink, SETTINGS) == {"REINSTALL": 1}
+    assert install.handle(kube, helm, SETTINGS, events.tenant_ref(only_event(sink))) is not None
+
+    assert len(helm.operations) > len(operations), "nothing will recreate the StatefulSet"
+
+
+def test_store_redrive_converges_and_announces_nothing_twice(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    api = FakeKubeoperaApi()
+    ready(kube, helm, api=api)
+    fresh = CONFIG + b"# rotated\n"
+    kube.secrets[(BOB_NS, BOB_VC_SECRET)]["data"] = {VCLUSTER_CONFIG_KEY: fresh}
+
+    assert resync(kube, sink, SETTINGS) == {"STORE": 1}
+    reply = store_kubeconfig.handle(kube, SETTINGS, events.tenant_ref(only_event(sink)))
+    assert reply is not None and reply.get_type() == events.KUBECONFIG_STORED
+    assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"] == {KUBECONFIG_KEY: fresh}
+    notify_api.handle(kube, api, events.tenant_ref(reply))
+
+    assert len(api.reports) == 1, "kubeopera-api was told once, when the Tenant first became Ready"
+    mark = len(kube.journal)
+    assert resync(kube, sink, SETTINGS) == {}
+    assert kube.journal[mark:] == [] and len(sink.sent) == 1
+
+
+def test_cleanup_redrive_starts_the_cleanup_the_lost_event_would_have(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    ready(kube, helm)
+    kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
+
+    assert resync(kube, sink, SETTINGS) == {"CLEANUP": 1}
+    sent = only_event(sink)
+    with pytest.raises(NotReadyYet):
+        cleanup.handle(kube, helm, FakeKubeoperaApi(), SETTINGS, sent, events.tenant_ref(sent))
+
+    assert live(kube).status.phase == "Deleting"
+    assert ("uninstall", f"{BOB_NS}/{BOB_RELEASE}") in helm.operations
+    assert kube.namespaces[BOB_NS]["terminating"]
+    # a cleanup under way is left to its own polls until it has made no progress for a while
+    assert resync(kube, sink, SETTINGS, now=synced_at(kube) + timedelta(seconds=CLEANUP_STALL_SECONDS)) == {}
+    assert len(sink.sent) == 1
+
+
+# resync: the broker cannot be reached -----------------------------------------------------------
+
+
+def test_a_sink_failure_propagates_as_temporary(kube: FakeKube) -> None:
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    failure = TemporaryError("the broker answered 503 to io.kubeopera.tenant.install", retry_after=5)
+
+    with pytest.raises(TemporaryError) as caught:
+        resync(kube, FakeSink(failure=failure), SETTINGS)
+
+    assert caught.value is failure
+    assert kube.journal == []
+
+
+def test_a_sink_failure_after_reinstall_wrote_pending_is_made_good_by_the_next_pass(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    ready(kube, helm)
+    del helm.releases[(BOB_NS, BOB_RELEASE)]
+    del kube.rollouts[(BOB_NS, BOB_RELEASE)]
+    down = FakeSink(failure=TemporaryError("the broker at http://broker is unreachable (ConnectionError)"))
+
+    with pytest.raises(TemporaryError, match="unreachable"):
+        resync(kube, down, SETTINGS)
+    assert live(kube).status.phase == "Pending"
+
+    up = FakeSink()
+    assert resync(kube, up, SETTINGS) == {"INSTALL": 1}
+    assert only_event(up).get_type() == events.INSTALL
+
+
+# notify-api: resync's re-send of a failed callback ----------------------------------------------
+
+
+def test_notify_resends_a_failed_callback_and_records_its_delivery(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    down = FakeKubeoperaApi(DOWN)
+    ready(kube, helm, api=down)
+    callback = live(kube).status.condition("CallbackDelivered")
+    assert callback is not None and (callback.status, callback.observed_generation) == ("False", 1)
+    assert resync(kube, sink, SETTINGS) == {"NOTIFY": 1}
+    up = FakeKubeoperaApi()
+    mark = len(kube.journal)
+
+    assert notify_api.handle(kube, up, events.tenant_ref(only_event(sink))) is None
+
+    assert up.reports == [CloudSpaceUpdate(CS_BOB, BOB_RELEASE, BOB_NS, BOB_SECRET, "active")]
+    status_now = live(kube).status
+    callback = status_now.condition("CallbackDelivered")
+    assert callback is not None
+    assert (callback.status, callback.reason, callback.observed_generation) == ("True", "Delivered", 1)
+    assert (status_now.phase, status_now.message) == ("Ready", "vCluster ready")
+    assert status_now.is_true("Ready", 1)
+    assert kube.journal[mark:] == [("status", f"{BOB_KEY}:Ready")], "still Ready: no new Event"
+    # delivered: the next pass has nothing to re-send
+    assert resync(kube, sink, SETTINGS) == {}
+    assert len(sink.sent) == 1
+
+
+def test_notify_keeps_resending_while_kubeopera_api_refuses(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    down = FakeKubeoperaApi(DOWN)
+    ready(kube, helm, api=down)
+
+    for attempt in (1, 2):
+        sink.sent.clear()
+        assert resync(kube, sink, SETTINGS) == {"NOTIFY": 1}
+        notify_api.handle(kube, down, events.tenant_ref(only_event(sink)))
+        assert len(down.reports) == 1 + attempt
+        still = live(kube).status
+        assert still.phase == "Ready" and not still.is_true("CallbackDelivered", 1)
+    assert kube.event_reasons() == ["Pending", "Provisioning", "Ready"]
+
+
+def test_notify_does_not_reannounce_a_ready_tenant_whose_callback_was_delivered(kube: FakeKube, helm: FakeHelm) -> None:
+    obj = ready(kube, helm)
+    assert live(kube).status.is_true("CallbackDelivered", 1)
+    again = FakeKubeoperaApi()
+    mark = len(kube.journal)
+
+    assert notify_api.handle(kube, again, ref_of(obj)) is None
+
+    assert again.reports == []
+    assert kube.journal[mark:] == []
+
+
+def test_notify_ignores_a_resend_for_an_older_generation(kube: FakeKube, helm: FakeHelm) -> None:
+    obj = ready(kube, helm, api=FakeKubeoperaApi(DOWN))
+    kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "4"})
+    api = FakeKubeoperaApi()
+    mark = len(kube.journal)
+
+    assert notify_api.handle(kube, api, ref_of(obj)) is None  # the event names generation 1
+
+    assert api.reports == [] and kube.journal[mark:] == []
+
+
+# the HTTP layer with a tick step ----------------------------------------------------------------
+
+
+def post(step: Step, headers: dict[str, str], body: bytes) -> Any:
+    return function_app(step).test_client().post("/", headers=headers, data=body)
+
+
+def test_a_tick_step_answers_204_to_the_pingsources_event_without_a_tenant() -> None:
+    ticks: list[BaseCloudEvent] = []
+    step = Step(name="resync-unit-tick", accepts=frozenset({"dev.knative.sources.ping"}), tick=ticks.append)
+    headers, body = ping_event(PINGSOURCE)  # exactly what the PingSource in eventing/ sends
+
+    response = post(step, headers, body)
+
+    assert response.status_code == 204
+    assert response.data == b""
+    assert len(ticks) == 1
+    assert ticks[0].get_type() == events.PING
+    assert ticks[0].get_source() == "/apis/v1/namespaces/kubeopera-system/pingsources/tenant-resync"
+    assert ticks[0].get_data() == {"reason": "periodic resync"}
+
+
+@pytest.mark.parametrize(
+    "event_type", [events.PROVISIONING, events.INSTALL, events.APISERVER_UPDATE, "dev.knative.sources.pong"]
+)
+def test_a_tick_step_answers_400_to_other_types(event_type: str) -> None:
+    ticks: list[BaseCloudEvent] = []
+    step = Step(name="resync-unit-tick", accepts=frozenset({"dev.knative.sources.ping"}), tick=ticks.append)
+    data = {"namespace": TENANT_NAMESPACE, "name": "bob-dev", "uid": "u-1", "generation": 1}
+    event = CloudEvent(attributes={"type": event_type, "source": "/test"}, data=data)
+    headers, body = events.to_binary(event)
+
+    response = post(step, headers, body)
+
+    assert response.status_code == 400
+    assert response.json == {"error": f"resync-unit-tick does not handle events of type {event_type!r}"}
+    assert ticks == []
+
+
+def test_a_resync_tick_over_http_sends_with_the_deliverys_traceparent(kube: FakeKube, sink: FakeSink) -> None:
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    step = Step(name="resync-unit-http", accepts=frozenset({events.PING}), tick=lambda e: resync(kube, sink, SETTINGS))
+    headers, body = ping_event(PINGSOURCE)
+
+    response = post(step, headers | {"traceparent": TRACEPARENT}, body)
+
+    assert response.status_code == 204
+    assert only_event(sink).get_type() == events.INSTALL
+    assert sink.traceparents == [TRACEPARENT]
+
+
+def test_a_resync_tick_whose_sink_fails_is_answered_503_for_redelivery(kube: FakeKube) -> None:
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    down = FakeSink(failure=TemporaryError("the broker answered 502 to io.kubeopera.tenant.install", retry_after=5))
+    step = Step(name="resync-unit-down", accepts=frozenset({events.PING}), tick=lambda e: resync(kube, down, SETTINGS))
+    headers, body = ping_event(PINGSOURCE)
+
+    response = post(step, headers, body)
+
+    assert (response.status_code, response.headers["Retry-After"]) == (503, "5")
+    assert response.json == {"error": "the broker answered 502 to io.kubeopera.tenant.install"}
+    assert json.loads(body) == {"reason": "periodic resync"}  # no Tenant in the tick's data
+
+
+def test_resync_event_refs_are_what_the_steps_parse(kube: FakeKube, sink: FakeSink) -> None:
+    # resync's events carry our own {namespace, name, uid, generation}, not a Tenant object
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    resync(kube, sink, SETTINGS)
+    data = only_event(sink).get_data()
+    assert isinstance(data, dict) and "kind" not in data and "spec" not in data
+    assert events.tenant_ref(only_event(sink)) == TenantRef(TENANT_NAMESPACE, "bob-dev", obj["metadata"]["uid"], 1)
