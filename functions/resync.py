@@ -52,7 +52,9 @@ from shared.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, parse_time
 NAME = "resync"
 log = logging.getLogger(__name__)
 
-# A deletion whose cleanup made no progress (phase Deleting, lastSyncedAt) for this long stalled.
+# A deletion still in phase Deleting this long after cleanup started (lastSyncedAt) is re-driven.
+# Cleanup does not write while it polls, so a slow but live one gets a duplicate event, which is
+# harmless (every cleanup step may repeat); a dead one is picked up.
 CLEANUP_STALL_SECONDS = 60
 
 
@@ -92,6 +94,8 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     if not tenant.has_finalizer:
         return Redrive.INSTALL  # provisioned by the version before ownership
     if status.phase == Phase.PROVISIONING:
+        if since is None:
+            return Redrive.CHECK  # no start time to count the timeout from (a status edited by hand)
         if idle > settings.provision_timeout_seconds:
             return Redrive.TIMEOUT
         return Redrive.CHECK if idle > settings.ready_poll_seconds else None

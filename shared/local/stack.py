@@ -9,9 +9,9 @@
    each function then runs with a token of its own ServiceAccount (TokenRequest API), so a
    missing RBAC rule fails here as it would in a cluster;
 4. the kubeopera-api stand-in, unless ``kubeopera_api_url`` is given;
-5. the local broker, routing by the Trigger files in ``eventing/triggers``;
-6. each function under gunicorn, started with the container image's own command (tenant-resync
-   with ``K_SINK`` = the broker, as the SinkBinding of ``eventing/`` gives it);
+5. each function under gunicorn, started with the container image's own command (tenant-resync
+   with ``K_SINK`` = the broker's address, as the SinkBinding of ``eventing/`` gives it);
+6. the local broker, routing by the Trigger files in ``eventing/triggers``;
 7. the vCluster stand-in (embedded control plane only);
 8. the real Knative ApiServerSource adapter, watching Tenants, posting to the broker;
 9. the resync tick of ``eventing/resync-pingsource.yaml`` every ``resync_seconds`` (and once at
@@ -28,16 +28,16 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shared.local.broker import Broker, load_triggers
 from shared.local.ticker import Ticker
 from shared.settings import Settings
 from shared.testbed import controlplane as cp_mod
-from shared.testbed.adapter import AdapterConfig, WatchedResource, start_adapter
+from shared.testbed.adapter import AdapterConfig, RunningAdapter, WatchedResource, start_adapter
 from shared.testbed.api_standin import ApiStandIn
-from shared.testbed.processes import HttpProbe, ProcessSpec, Supervisor, free_port, run
+from shared.testbed.processes import HttpProbe, ManagedProcess, ProcessSpec, Supervisor, free_port, run
 from shared.testbed.registry import helm_env, push_chart, start_registry
 from shared.testbed.toolchain import Toolchain, ensure_all
 
@@ -94,6 +94,8 @@ class Stack:
     supervisor: Supervisor
     control_plane: cp_mod.ControlPlane | None
     ticker: Ticker | None = None  # the resync PingSource's stand-in; tick() sends one now
+    adapter: RunningAdapter | None = None
+    function_specs: Mapping[str, ProcessSpec] = field(default_factory=dict)
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         """kubectl as admin; raises ``ProcessError`` with kubectl's stderr if it fails."""
@@ -101,6 +103,17 @@ class Stack:
 
     def log_dir(self) -> Path:
         return self.supervisor.log_dir
+
+    def start_replica(self, service: str) -> tuple[ManagedProcess, str]:
+        """One more process of a function, as another pod of its Knative Service would be (same
+        environment and identity, its own port); returns it and its URL. The broker keeps
+        delivering to the first one; tests post to this one directly."""
+        spec = self.function_specs[service]
+        port = free_port()
+        env = dict(spec.env, PORT=str(port))
+        replica = replace(spec, name=f"{service}-2", env=env)
+        process = self.supervisor.start(replica, HttpProbe(f"http://127.0.0.1:{port}/readyz"), ready_timeout=120.0)
+        return process, f"http://127.0.0.1:{port}/"
 
 
 def kubectl(tools: Toolchain, kubeconfig: Path, *args: str, input: str | None = None) -> str:
@@ -155,22 +168,24 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 api = stack.enter_context(ApiStandIn())
                 api_url = api.url
 
-            urls: dict[str, str] = {}  # filled below; the broker looks subscribers up per delivery
-            broker = Broker(load_triggers(project_path("eventing", "triggers")), resolve=urls.get)
-            broker_port = broker.start()
-            stack.callback(broker.stop)
+            # The broker's address first: tenant-resync is told it (K_SINK) when it starts, and the
+            # broker, which resolves its subscribers when it is made, starts after the functions.
+            broker_port = free_port()
             broker_url = f"http://127.0.0.1:{broker_port}/"
+            urls: dict[str, str] = {}
 
+            specs: dict[str, ProcessSpec] = {}
             for service, module in FUNCTIONS.items():
                 port = free_port()
                 env = _function_env(options, tools, run_dir, service, chart_ref, api_url, port, kubeconfigs[service])
                 env["K_SINK"] = broker_url  # what the SinkBinding gives tenant-resync
-                sup.start(
-                    ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir),
-                    HttpProbe(f"http://127.0.0.1:{port}/readyz"),
-                    ready_timeout=120.0,
-                )
+                specs[service] = ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir)
+                sup.start(specs[service], HttpProbe(f"http://127.0.0.1:{port}/readyz"), ready_timeout=120.0)
                 urls[service] = f"http://127.0.0.1:{port}/"
+
+            broker = Broker(load_triggers(project_path("eventing", "triggers")), resolve=urls.get)
+            broker.start(port=broker_port)
+            stack.callback(broker.stop)
 
             if control_plane is not None:
                 sup.start(
@@ -190,7 +205,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                     )
                 )
 
-            stack.enter_context(
+            adapter = stack.enter_context(
                 start_adapter(
                     tools,
                     kubeconfigs[SOURCE_SERVICE_ACCOUNT],
@@ -223,6 +238,8 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 supervisor=sup,
                 control_plane=control_plane,
                 ticker=ticker,
+                adapter=adapter,
+                function_specs=specs,
             )
     finally:
         if owns_run_dir and not os.environ.get("KUBEOPERA_KEEP_RUN_DIR"):

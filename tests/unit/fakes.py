@@ -374,13 +374,18 @@ class FakeHelm:
         self.operations.append((op, f"{namespace}/{name}"))
         if self.kube is not None:
             self.kube.journal.append((f"helm {op}", f"{namespace}/{name}"))
+            # helm makes (or removes) the chart's StatefulSet; nothing has rolled it out yet.
+            if op == "uninstall":
+                self.kube.rollouts.pop((namespace, name), None)
+            elif (namespace, name) not in self.kube.rollouts:
+                self.kube.rollouts[(namespace, name)] = Rollout(1, 0, 1, 0, 0)
 
     def release(self, name: str, namespace: str) -> ReleaseState | None:
         self.calls["release"] += 1
         return self._state(name, namespace) if (namespace, name) in self.releases else None
 
     def install_or_upgrade(
-        self, name: str, namespace: str, values: Mapping[str, Any], guard: Guard = None
+        self, name: str, namespace: str, values: Mapping[str, Any], guard: Guard = None, *, reapply: bool = False
     ) -> ReleaseState:
         self.calls["install_or_upgrade"] += 1
         current = self.releases.get((namespace, name))
@@ -388,7 +393,7 @@ class FakeHelm:
             guard(None if current is None else copy.deepcopy(current["values"]))
         if current is not None and current["status"] in PENDING_STATES:
             raise TemporaryError(f"release {namespace}/{name} is {current['status']}", retry_after=5)
-        if current is not None and current["status"] == DEPLOYED and current["values"] == dict(values):
+        if current is not None and current["status"] == DEPLOYED and current["values"] == dict(values) and not reapply:
             return self._state(name, namespace)
         if self.kube is not None and namespace not in self.kube.namespaces:
             raise TemporaryError(f'helm upgrade --install {namespace}/{name}: namespaces "{namespace}" not found')

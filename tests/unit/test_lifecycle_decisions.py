@@ -857,6 +857,14 @@ def test_check_ready_polls_again_while_vcluster_boots(kube: FakeKube, helm: Fake
     with pytest.raises(NotReadyYet) as caught:
         run_check(kube, helm, obj)
     assert caught.value.retry_after == SETTINGS.ready_poll_seconds
+    assert str(caught.value) == (
+        f"waiting for StatefulSet {BOB_NS}/{BOB_RELEASE} to roll out generation 1 "
+        "(observed 0; 0 updated and 0 ready of 1)"
+    )
+
+    del kube.rollouts[(BOB_NS, BOB_RELEASE)]  # deleted by hand
+    with pytest.raises(NotReadyYet) as caught:
+        run_check(kube, helm, obj)
     assert str(caught.value) == f"waiting for StatefulSet {BOB_NS}/{BOB_RELEASE} to exist"
 
     # An upgrade: the StatefulSet's spec is at generation 2, its controller still reports 1.

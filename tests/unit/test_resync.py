@@ -565,18 +565,6 @@ def test_release_gone_writes_pending_then_sends_install_which_installs_it_again(
     assert live(kube).status.phase == "Provisioning"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "functions/resync.py:111 (observe) takes 'no vCluster StatefulSet' for 'release gone', and "
-        "functions/resync.py:147-159 (_redrive REINSTALL) answers it with phase Pending + install; but "
-        "install -> Helm.install_or_upgrade (shared/helm.py:223, _unchanged) makes no helm operation for a "
-        "deployed release with the same values. Input: a Ready Tenant whose StatefulSet was deleted by "
-        "hand while its helm release is still deployed. Expected: the re-drive brings the StatefulSet "
-        "back (a helm operation on the release). Actual: no helm operation, the status says the release "
-        "is gone, and check-ready waits for a StatefulSet nothing will create until ProvisionTimeout."
-    ),
-)
 def test_a_statefulset_deleted_by_hand_is_brought_back_by_the_reinstall(
     kube: FakeKube, helm: FakeHelm, sink: FakeSink
 ) -> None:

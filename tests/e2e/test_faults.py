@@ -1,0 +1,362 @@
+"""Nothing stays stuck: each fault injected for real, and every Tenant converges.
+
+Faults come from stopping or killing real processes (the ApiServerSource adapter, the broker,
+helm, a gunicorn worker), deleting real objects, or the kubeopera-api stand-in answering badly;
+nothing is patched in the code under test. Recovery comes from the product itself: the broker's
+re-deliveries, install's recovery of stuck helm releases and its Lease, and resync, whose
+PingSource tick the test sends when it wants one (``pipeline.ticker.tick()``), as the PingSource
+would on its schedule.
+
+Each test prints one line for the fault table (what the Tenant ended as, in how long); run with
+``-s`` to see them. The last test deletes every Tenant and checks nothing was left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from shared.kube import Kube
+from shared.local.broker import Broker, load_triggers
+from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
+from shared.tenant import Tenant
+from shared.testbed.adapter import AdapterReadyProbe
+
+from .support import exists, helm, phase_of, tenant_yaml, wait_for
+
+pytestmark = pytest.mark.integration
+
+STUCK_SECONDS = 8  # STUCK_RELEASE_SECONDS: a pending release older than this is recovered
+
+
+@pytest.fixture(scope="module")
+def pipeline() -> Iterator[Stack]:
+    options = StackOptions(
+        api_token="faults-token",
+        vcluster_boot_seconds=2,
+        ready_poll_seconds=1,
+        cleanup_poll_seconds=1,
+        resync_seconds=3600,  # one tick at start; the tests tick when they want one
+        stuck_release_seconds=STUCK_SECONDS,
+    )
+    with start_stack(options) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def brokers(pipeline: Stack) -> Iterator[list[Broker]]:
+    """The broker now serving the stack's address: the stack's own, until a test restarts it."""
+    serving = [pipeline.broker]
+    yield serving
+    for broker in serving[1:]:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(pipeline: Stack) -> Iterator[Kube]:
+    client = Kube.connect(pipeline.admin_kubeconfig)
+    yield client
+    client.close()
+
+
+def cs(n: int) -> str:
+    return f"fa017000-0000-4000-8000-{n:012d}"
+
+
+def ready(kube: Kube, name: str, generation: int = 1, timeout: float = 90) -> Tenant:
+    def probe() -> Tenant | None:
+        tenant = phase_of(kube, name, "Ready")
+        return tenant if tenant is not None and tenant.status.observed_generation == generation else None
+
+    return wait_for(f"{name} Ready at generation {generation}", probe, timeout=timeout)
+
+
+def report(fault: str, tenant: Tenant, started: float) -> None:
+    print(f"\nFAULT | {fault} | {tenant.status.phase} | {time.monotonic() - started:.1f} s")
+
+
+def tick(pipeline: Stack) -> None:
+    assert pipeline.ticker is not None
+    pipeline.ticker.tick()
+
+
+def history(pipeline: Stack, release: str) -> list[tuple[int, str]]:
+    return [(h["revision"], h["status"]) for h in helm(pipeline, "history", release, "-n", f"vcluster-{release[3:]}")]
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+def helm_processes(release: str) -> list[int]:
+    """pids of helm processes working on ``release`` (an install, upgrade or rollback)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"/helm") and release.encode() in argv and b"upgrade" in argv:
+            found.append(int(entry))
+    return found
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def gunicorn_worker_above(pid: int) -> int:
+    """The gunicorn worker a helm process runs under (helm < /bin/sh < worker < master)."""
+    while pid > 1:
+        pid = parent_of(pid)
+        if (
+            b"gunicorn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            and b"gunicorn" in Path(f"/proc/{parent_of(pid)}/cmdline").read_bytes()
+        ):
+            return pid
+    raise AssertionError("no gunicorn worker above the helm process")
+
+
+def kill_midway(kube: Kube, release: str, status: str, kill_worker: bool = False, timeout: float = 60) -> bool:
+    """SIGKILL helm (or the gunicorn worker running it) once helm has recorded the release as
+    ``status`` (pending-install / pending-upgrade) and before it finishes. False if helm was done
+    before that moment could be caught."""
+    deadline = time.monotonic() + timeout
+    pids: list[int] = []
+    while not pids and time.monotonic() < deadline:
+        pids = helm_processes(release)
+        time.sleep(0.002)
+    assert pids, f"no helm process for {release} within {timeout}s"
+    target = gunicorn_worker_above(pids[0]) if kill_worker else pids[0]
+    while Path(f"/proc/{pids[0]}").exists():
+        if kube.list_secrets(f"owner=helm,name={release},status={status}"):
+            os.kill(target, signal.SIGKILL)
+            return True
+        time.sleep(0.002)
+    return False
+
+
+@pytest.fixture
+def adapter_down(pipeline: Stack) -> Iterator[None]:
+    """The ApiServerSource adapter stopped for the test's first part; ``start()`` brings it back."""
+    assert pipeline.adapter is not None
+    for process in pipeline.supervisor.processes:  # the stack's own, or one a test started again
+        if process.name == pipeline.adapter.process.name:
+            pipeline.supervisor.stop(process)
+    yield
+    if not any(p.name == pipeline.adapter.process.name and p.running() for p in pipeline.supervisor.processes):
+        start_adapter_again(pipeline)
+
+
+def start_adapter_again(pipeline: Stack) -> None:
+    assert pipeline.adapter is not None
+    pipeline.supervisor.start(
+        pipeline.adapter.process.spec, AdapterReadyProbe(pipeline.adapter.config), ready_timeout=60
+    )
+
+
+# -- the fault table --------------------------------------------------------------------------
+
+
+def test_adapter_down_while_a_tenant_is_created(pipeline: Stack, kube: Kube, adapter_down: None) -> None:
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-adapter", cs(1)))
+    time.sleep(3)
+    tenant = kube.get_tenant(TENANT_NAMESPACE, "fa-adapter")
+    assert tenant is not None and tenant.status.phase is None, "with the adapter down nothing saw the Tenant"
+    start_adapter_again(pipeline)  # it sends nothing for objects that already exist
+    time.sleep(3)
+    tenant = kube.get_tenant(TENANT_NAMESPACE, "fa-adapter")
+    assert tenant is not None and tenant.status.phase is None, "the restarted adapter does not replay"
+    tick(pipeline)
+    report("adapter down while a Tenant is created", ready(kube, "fa-adapter"), started)
+
+
+def test_broker_restarted_mid_chain(pipeline: Stack, kube: Kube, brokers: list[Broker]) -> None:
+    started = time.monotonic()
+    old = brokers[-1]
+    port = int(old.url.split(":")[2].split("/")[0])
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-broker", cs(2)))
+    wait_for("fa-broker Provisioning", lambda: phase_of(kube, "fa-broker", "Provisioning"), timeout=60)
+    old.stop()  # what it held (check-ready's next poll) is gone
+    fresh = Broker(load_triggers(project_path("eventing", "triggers")), resolve=pipeline.function_urls.get)
+    fresh.start(port=port)  # the same address: the adapter and resync's K_SINK find it
+    brokers.append(fresh)
+    time.sleep(5)  # the vCluster has booted meanwhile, but nobody asks
+    assert phase_of(kube, "fa-broker", "Provisioning") is not None, "the chain was lost with the broker"
+    assert [a for a in fresh.deliveries() if "fa-broker" in (a.subject or "")] == [], "nothing to re-deliver"
+    tick(pipeline)
+    report("broker restarted mid-chain", ready(kube, "fa-broker"), started)
+
+
+def test_helm_killed_mid_install(pipeline: Stack, kube: Kube) -> None:
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-helm", cs(3)))
+    assert kill_midway(kube, "vc-fa-helm", "pending-install"), "helm finished before it could be killed"
+    tenant = ready(kube, "fa-helm", timeout=120)
+    assert history(pipeline, "vc-fa-helm") == [(1, "deployed")], "the stuck install was uninstalled and redone"
+    report("helm killed mid-install", tenant, started)
+
+
+def test_helm_killed_mid_upgrade(pipeline: Stack, kube: Kube) -> None:
+    assert kube.get_tenant(TENANT_NAMESPACE, "fa-helm") is not None, "runs after test_helm_killed_mid_install"
+    ready(kube, "fa-helm")
+    started = time.monotonic()
+    patch = json.dumps({"spec": {"quota": {"cpu": "3", "memory": "3Gi"}}})
+    pipeline.kubectl("patch", "kt", "fa-helm", "-n", TENANT_NAMESPACE, "--type=merge", "-p", patch)
+    assert kill_midway(kube, "vc-fa-helm", "pending-upgrade"), "helm finished before it could be killed"
+    tenant = ready(kube, "fa-helm", generation=2, timeout=120)
+    # Rolled back, then upgraded: helm keeps the killed revision's record as it was
+    # (pending-upgrade) in the history, but only the newest revision counts, and it is deployed.
+    statuses = [status for _, status in history(pipeline, "vc-fa-helm")]
+    assert statuses[-1] == "deployed" and statuses.count("deployed") == 1, statuses
+    assert statuses[-2] == "superseded", "the rollback's revision, superseded by the upgrade"
+    values = helm(pipeline, "get", "values", "vc-fa-helm", "-n", "vcluster-fa-helm")
+    assert values["controlPlane"]["statefulSet"]["resources"]["limits"] == {"cpu": "3", "memory": "3Gi"}
+    report("helm killed mid-upgrade", tenant, started)
+
+
+def test_function_worker_killed_mid_install(pipeline: Stack, kube: Kube) -> None:
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-worker", cs(4)))
+    assert kill_midway(kube, "vc-fa-worker", "pending-install", kill_worker=True), "helm finished too soon"
+    tenant = ready(kube, "fa-worker", timeout=120)
+    assert [s for _, s in history(pipeline, "vc-fa-worker")].count("deployed") == 1
+    secret = json.loads(
+        pipeline.kubectl("get", "secret", f"tenant-{cs(4)}-kubeconfig", "-n", TENANT_NAMESPACE, "-o", "json")
+    )
+    assert secret["metadata"]["labels"]["kubeopera.io/owner-uid"] == tenant.uid
+    report("function (gunicorn worker) killed mid-install", tenant, started)
+
+
+def test_duplicate_concurrent_deliveries_to_two_install_processes(
+    pipeline: Stack, kube: Kube, adapter_down: None
+) -> None:
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-twin", cs(5)))
+    obj = json.loads(pipeline.kubectl("get", "kt", "fa-twin", "-n", TENANT_NAMESPACE, "-o", "json"))
+    _, second = pipeline.start_replica("tenant-install")
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "twin-1",
+        "ce-source": "/apis/v1/namespaces/kubeopera-system/tenants/fa-twin",
+        "ce-type": "dev.knative.apiserver.resource.add",
+        "ce-kind": "Tenant",
+        "content-type": "application/json",
+    }
+    answers: list[int] = []
+    barrier = threading.Barrier(2)
+
+    def post(url: str) -> None:
+        barrier.wait()
+        answers.append(requests.post(url, headers=headers, data=json.dumps(obj), timeout=60).status_code)
+
+    threads = [threading.Thread(target=post, args=(u,)) for u in (pipeline.function_urls["tenant-install"], second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers) in ([200, 503], [200, 200], [200, 204]), answers
+    assert pipeline.control_plane is not None
+    creates = [
+        e
+        for e in map(json.loads, pipeline.control_plane.audit_log.read_text().splitlines())
+        if e.get("stage") == "ResponseComplete"
+        and e["verb"] == "create"
+        and (e.get("objectRef") or {}).get("name", "").startswith("sh.helm.release.v1.vc-fa-twin.")
+    ]
+    assert len(creates) == 1, "one helm operation: one release record"
+    start_adapter_again(pipeline)
+    # install's reply went back to this test, not to a broker: the chain is resync's to resume,
+    # once the Tenant has been Provisioning for longer than a poll.
+    time.sleep(2)
+    tick(pipeline)
+    report("duplicate concurrent deliveries to two install processes", ready(kube, "fa-twin"), started)
+
+
+def test_stored_kubeconfig_deleted(pipeline: Stack, kube: Kube) -> None:
+    name = f"tenant-{cs(1)}-kubeconfig"
+    before = json.loads(pipeline.kubectl("get", "secret", name, "-n", TENANT_NAMESPACE, "-o", "json"))
+    started = time.monotonic()
+    pipeline.kubectl("delete", "secret", name, "-n", TENANT_NAMESPACE)
+    tick(pipeline)
+    wait_for("the kubeconfig Secret back", lambda: exists(pipeline, "secret", name, "-n", TENANT_NAMESPACE))
+    after = json.loads(pipeline.kubectl("get", "secret", name, "-n", TENANT_NAMESPACE, "-o", "json"))
+    assert after["data"] == before["data"] and after["metadata"]["labels"] == before["metadata"]["labels"]
+    tenant = kube.get_tenant(TENANT_NAMESPACE, "fa-adapter")
+    assert tenant is not None
+    report("stored kubeconfig Secret deleted", tenant, started)
+
+
+def test_release_uninstalled_by_hand(pipeline: Stack, kube: Kube) -> None:
+    before = kube.get_tenant(TENANT_NAMESPACE, "fa-broker")
+    assert before is not None
+    started = time.monotonic()
+    helm(pipeline, "uninstall", "vc-fa-broker", "-n", "vcluster-fa-broker")
+    tick(pipeline)
+    wait_for("fa-broker back to Pending or Provisioning", lambda: not phase_of(kube, "fa-broker", "Ready"), timeout=30)
+    tenant = ready(kube, "fa-broker")
+    assert history(pipeline, "vc-fa-broker") == [(1, "deployed")]
+    report("release uninstalled by hand", tenant, started)
+
+
+def test_kubeopera_api_down_then_up(pipeline: Stack, kube: Kube) -> None:
+    assert pipeline.api is not None
+    started = time.monotonic()
+    pipeline.api.set_mode("down")
+    try:
+        pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-api", cs(6)))
+        tenant = ready(kube, "fa-api")
+        callback = tenant.status.condition("CallbackDelivered")
+        assert callback is not None and callback.status == "False"
+    finally:
+        pipeline.api.set_mode("ok")
+    tick(pipeline)
+
+    def delivered() -> Tenant | None:
+        now = kube.get_tenant(TENANT_NAMESPACE, "fa-api")
+        return now if now is not None and now.status.is_true("CallbackDelivered", now.generation) else None
+
+    tenant = wait_for("the callback delivered after kubeopera-api came back", delivered, timeout=30)
+    assert tenant.status.phase is not None and tenant.status.phase.value == "Ready"
+    bodies = [json.loads(r.body) for r in pipeline.api.requests() if r.path.endswith(cs(6))]
+    assert bodies[-1]["status"] == "active"
+    report("kubeopera-api down, then up", tenant, started)
+
+
+def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube, brokers: list[Broker]) -> None:
+    """With every Tenant Ready and nothing drifted, a resync pass only reads."""
+    assert pipeline.control_plane is not None
+    assert brokers[-1].wait_idle(60)
+    audit = pipeline.control_plane.audit_log
+    mark = len(audit.read_text().splitlines())
+    tick(pipeline)
+    time.sleep(3)
+    new = [json.loads(line) for line in audit.read_text().splitlines()[mark:]]
+    ours = [e for e in new if e["user"]["username"].startswith("system:serviceaccount:kubeopera-system:")]
+    writes = [e for e in ours if e["verb"] not in ("get", "list", "watch")]
+    assert writes == [], [(e["user"]["username"], e["verb"], e.get("objectRef")) for e in writes]
+    assert {e["user"]["username"].rsplit(":", 1)[1] for e in ours} <= {"tenant-resync", "tenant-source"}
+
+
+def test_nothing_is_left_behind(pipeline: Stack, kube: Kube) -> None:
+    listed = json.loads(pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE, "-o", "json"))
+    names = [t["metadata"]["name"] for t in listed["items"]]
+    for name in names:
+        pipeline.kubectl("delete", "kt", name, "-n", TENANT_NAMESPACE, "--wait=false")
+    for name in names:
+        wait_for(f"{name} gone", lambda n=name: kube.get_tenant(TENANT_NAMESPACE, n) is None, timeout=120)
+    namespaces = pipeline.kubectl("get", "namespaces", "-o", "name").split()
+    assert [n for n in namespaces if n.startswith("namespace/vcluster-")] == []
+    secrets = pipeline.kubectl("get", "secrets", "-A", "-o", "name").split()
+    assert [s for s in secrets if "kubeconfig" in s or "sh.helm.release" in s] == []
+    assert [lease for lease in pipeline.kubectl("get", "leases", "-A", "-o", "name").split() if "-helm" in lease] == []
