@@ -95,9 +95,14 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
     if namespace.claim == Claim.ADOPT:
         kube.label_namespace(names.namespace, namespace_labels(tenant))
         log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
+
     # Pending again (a retry, or resync after the vCluster's StatefulSet went away) with the
-    # release in place: upgrade it even if its values are the same, so helm makes again what is gone.
-    reapply = tenant.status.phase == Phase.PENDING and kube.get_rollout(names.namespace, names.release) is None
+    # release in place: upgrade it even if its values are the same, so helm makes again what is
+    # gone. Asked under the release lock, so a delivery that waited for another's install sees
+    # the StatefulSet that one made.
+    def reapply() -> bool:
+        return tenant.status.phase == Phase.PENDING and kube.get_rollout(names.namespace, names.release) is None
+
     with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
         release = helm.install_or_upgrade(
             names.release,

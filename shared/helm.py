@@ -204,10 +204,17 @@ class Helm:
         return replace(state, chart_version=str(metadata.version)) if _same(current, values) else None
 
     def install_or_upgrade(
-        self, name: str, namespace: str, values: Mapping[str, Any], guard: Guard = None, *, reapply: bool = False
+        self,
+        name: str,
+        namespace: str,
+        values: Mapping[str, Any],
+        guard: Guard = None,
+        *,
+        reapply: Callable[[], bool] | None = None,
     ) -> ReleaseState:
         """Make the release run the pinned chart with ``values``; no new revision if it already does,
-        unless ``reapply``: then it is upgraded anyway, and helm creates again what was deleted.
+        unless ``reapply()`` says so (asked under the release lock, after any other operation on the
+        release has finished): then it is upgraded anyway, and helm makes again what was deleted.
 
         ``guard`` sees the values of the release as it is (None: there is none) before anything
         is changed, and raises to refuse (the ownership check); it runs under the release lock.
@@ -220,7 +227,7 @@ class Helm:
                     guard(None if found is None else found[1])
                 if found is not None and _state(name, namespace, found[0]).pending:
                     found = _run(self._recover(name, namespace, found[0]))
-                if found is not None and not reapply:
+                if found is not None and not (reapply is not None and reapply()):
                     unchanged = _run(self._unchanged(name, namespace, found[0], found[1], values))
                     if unchanged is not None:
                         return unchanged

@@ -57,9 +57,7 @@ def testbed_supervisor(testbed_run_dir: Path) -> Iterator[Supervisor]:
 def control_plane(
     toolchain: Toolchain, testbed_supervisor: Supervisor, testbed_run_dir: Path
 ) -> Iterator[ControlPlane]:
-    with start_control_plane(
-        toolchain, testbed_run_dir / "controlplane", supervisor=testbed_supervisor
-    ) as cp:
+    with start_control_plane(toolchain, testbed_run_dir / "controlplane", supervisor=testbed_supervisor) as cp:
         yield cp
 
 
@@ -78,9 +76,7 @@ def test_namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture(scope="session")
-def registry(
-    toolchain: Toolchain, testbed_supervisor: Supervisor, testbed_run_dir: Path
-) -> Iterator[Registry]:
+def registry(toolchain: Toolchain, testbed_supervisor: Supervisor, testbed_run_dir: Path) -> Iterator[Registry]:
     with start_registry(toolchain, testbed_run_dir / "registry", supervisor=testbed_supervisor) as reg:
         yield reg
 

@@ -29,6 +29,7 @@ from shared.local.broker import Broker, load_triggers
 from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from shared.tenant import Tenant
 from shared.testbed.adapter import AdapterReadyProbe
+from shared.testbed.processes import run
 
 from .support import exists, helm, phase_of, tenant_yaml, wait_for
 
@@ -301,7 +302,16 @@ def test_release_uninstalled_by_hand(pipeline: Stack, kube: Kube) -> None:
     before = kube.get_tenant(TENANT_NAMESPACE, "fa-broker")
     assert before is not None
     started = time.monotonic()
-    helm(pipeline, "uninstall", "vc-fa-broker", "-n", "vcluster-fa-broker")
+    run(
+        [
+            str(pipeline.tools.helm),
+            f"--kubeconfig={pipeline.admin_kubeconfig}",
+            "uninstall",
+            "vc-fa-broker",
+            "-n",
+            "vcluster-fa-broker",
+        ]
+    )
     tick(pipeline)
     wait_for("fa-broker back to Pending or Provisioning", lambda: not phase_of(kube, "fa-broker", "Ready"), timeout=30)
     tenant = ready(kube, "fa-broker")

@@ -83,9 +83,7 @@ def test_namespace_and_secret_are_created_on_the_real_api_server(
 
 
 def test_requests_without_credentials_are_refused(control_plane: ControlPlane) -> None:
-    response = requests.get(
-        f"{control_plane.url}/api/v1/namespaces", verify=str(control_plane.ca_file), timeout=10
-    )
+    response = requests.get(f"{control_plane.url}/api/v1/namespaces", verify=str(control_plane.ca_file), timeout=10)
     assert response.status_code in (401, 403), response.text
 
     anonymous = k8s.Configuration()
@@ -107,9 +105,7 @@ def test_service_account_token_works_and_rbac_applies(
     assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == (
         f"system:serviceaccount:{test_namespace}:robot"
     )
-    denied = kubectl(
-        control_plane, "get", "secrets", "-n", test_namespace, kubeconfig=kubeconfig, check=False
-    )
+    denied = kubectl(control_plane, "get", "secrets", "-n", test_namespace, kubeconfig=kubeconfig, check=False)
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
 
     kubectl(
@@ -132,9 +128,7 @@ def test_service_account_token_works_and_rbac_applies(
         "--role=read-secrets",
         f"--serviceaccount={test_namespace}:robot",
     )
-    allowed = kubectl(
-        control_plane, "get", "secrets", "-n", test_namespace, kubeconfig=kubeconfig, check=False
-    )
+    allowed = kubectl(control_plane, "get", "secrets", "-n", test_namespace, kubeconfig=kubeconfig, check=False)
     assert allowed.returncode == 0, allowed.stderr
 
 
@@ -158,9 +152,7 @@ def _wait_until_gone(what: str, read: Callable[[], object], timeout: float = CON
     return time.monotonic() - started
 
 
-def test_a_deleted_namespace_and_its_content_really_go_away(
-    api_client: k8s.ApiClient, test_namespace: str
-) -> None:
+def test_a_deleted_namespace_and_its_content_really_go_away(api_client: k8s.ApiClient, test_namespace: str) -> None:
     core = k8s.CoreV1Api(api_client)
     name = f"{test_namespace}-doomed"
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
@@ -180,16 +172,10 @@ def test_a_deleted_namespace_and_its_content_really_go_away(
     assert not core.list_namespaced_config_map(name).items
 
 
-def test_an_object_whose_owner_is_deleted_is_garbage_collected(
-    api_client: k8s.ApiClient, test_namespace: str
-) -> None:
+def test_an_object_whose_owner_is_deleted_is_garbage_collected(api_client: k8s.ApiClient, test_namespace: str) -> None:
     core = k8s.CoreV1Api(api_client)
-    owner = core.create_namespaced_config_map(
-        test_namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="owner"))
-    )
-    reference = k8s.V1OwnerReference(
-        api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid
-    )
+    owner = core.create_namespaced_config_map(test_namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="owner")))
+    reference = k8s.V1OwnerReference(api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid)
     core.create_namespaced_config_map(
         test_namespace,
         k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="owned", owner_references=[reference])),
@@ -201,9 +187,7 @@ def test_an_object_whose_owner_is_deleted_is_garbage_collected(
     core.create_namespaced_config_map(test_namespace, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="bystander")))
 
     core.delete_namespaced_config_map("owner", test_namespace)
-    seconds = _wait_until_gone(
-        "ConfigMap owned", lambda: core.read_namespaced_config_map("owned", test_namespace)
-    )
+    seconds = _wait_until_gone("ConfigMap owned", lambda: core.read_namespaced_config_map("owned", test_namespace))
     _wait_until_gone("Secret owned-secret", lambda: core.read_namespaced_secret("owned-secret", test_namespace))
     print(f"dependents collected in {seconds:.1f}s")
     assert core.read_namespaced_config_map("bystander", test_namespace).metadata.name == "bystander"
@@ -400,9 +384,7 @@ def test_ctrl_c_or_sigterm_stops_the_control_plane_and_frees_its_ports(
             line = proc.stdout.readline()
             if not line and proc.poll() is not None:
                 break
-        assert line.startswith("{"), (
-            f"control plane CLI did not start: {proc.stderr.read() if proc.stderr else ''}"
-        )
+        assert line.startswith("{"), f"control plane CLI did not start: {proc.stderr.read() if proc.stderr else ''}"
         info = json.loads(line)
         print(f"control plane started in {info['seconds']}s")
         assert set(info["pids"]) == {"etcd", "kube-apiserver", "kube-controller-manager"}
@@ -515,8 +497,7 @@ def test_api_standin_runs_as_its_own_process(tmp_path: Path) -> None:
         assert requests.put(f"http://127.0.0.1:{port}/_/mode", json={"mode": "error"}, timeout=5).ok
         assert requests.post(f"http://127.0.0.1:{port}/x", timeout=5).status_code == 500
         listed = [
-            RecordedRequest.from_dict(r)
-            for r in requests.get(f"http://127.0.0.1:{port}/_/requests", timeout=5).json()
+            RecordedRequest.from_dict(r) for r in requests.get(f"http://127.0.0.1:{port}/_/requests", timeout=5).json()
         ]
         assert [(r.method, r.path, r.json) for r in listed] == [
             ("POST", "/api/v1/cloudspaces/abc", {"a": 1}),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cloudevents.core.base import BaseCloudEvent
@@ -385,7 +385,13 @@ class FakeHelm:
         return self._state(name, namespace) if (namespace, name) in self.releases else None
 
     def install_or_upgrade(
-        self, name: str, namespace: str, values: Mapping[str, Any], guard: Guard = None, *, reapply: bool = False
+        self,
+        name: str,
+        namespace: str,
+        values: Mapping[str, Any],
+        guard: Guard = None,
+        *,
+        reapply: Callable[[], bool] | None = None,
     ) -> ReleaseState:
         self.calls["install_or_upgrade"] += 1
         current = self.releases.get((namespace, name))
@@ -393,7 +399,12 @@ class FakeHelm:
             guard(None if current is None else copy.deepcopy(current["values"]))
         if current is not None and current["status"] in PENDING_STATES:
             raise TemporaryError(f"release {namespace}/{name} is {current['status']}", retry_after=5)
-        if current is not None and current["status"] == DEPLOYED and current["values"] == dict(values) and not reapply:
+        if (
+            current is not None
+            and current["status"] == DEPLOYED
+            and current["values"] == dict(values)
+            and not (reapply and reapply())
+        ):
             return self._state(name, namespace)
         if self.kube is not None and namespace not in self.kube.namespaces:
             raise TemporaryError(f'helm upgrade --install {namespace}/{name}: namespaces "{namespace}" not found')
