@@ -120,6 +120,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="use this existing cluster instead of the embedded control plane (then no vCluster stand-in runs)",
     )
+    local.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=300.0,
+        metavar="N",
+        help="send the resync tick every N seconds, as the PingSource in eventing/ does (default 300, its "
+        "schedule), and once at start; 0 turns it off",
+    )
 
     for name, text in (
         ("status", "list Tenants with phase, vCluster, age and the last message"),
@@ -147,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 create_example=not args.no_example,
                 vcluster_boot_seconds=args.vcluster_boot_seconds,
                 kubeconfig=args.kubeconfig,
+                resync_seconds=args.resync_seconds,
             )
         )
     try:

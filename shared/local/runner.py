@@ -48,6 +48,7 @@ class LocalOptions:
     create_example: bool = True
     vcluster_boot_seconds: float = 20.0
     kubeconfig: Path | None = None
+    resync_seconds: float = 300.0
 
 
 @dataclass
@@ -79,6 +80,7 @@ def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
         api_token=os.environ.get("INTERNAL_SERVICE_TOKEN", ""),
         vcluster_boot_seconds=options.vcluster_boot_seconds,
         kubeconfig=options.kubeconfig,
+        resync_seconds=options.resync_seconds,
     )
     try:
         with start_stack(stack_options) as stack:
