@@ -189,17 +189,7 @@ class Kube:
     def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant:
         """Apply ``update`` to the version of ``tenant`` we read; ``Conflict`` if it moved on,
         ``TenantGone`` if it was deleted meanwhile."""
-        body = update.patch_for(tenant)
-        obj = _gone_is_gone(
-            tenant,
-            lambda: _call(
-                f"patch tenant {tenant.key} status",
-                lambda: self._custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, tenant.namespace, PLURAL, tenant.name, body
-                ),
-            ),
-        )
-        return Tenant.from_object(obj)
+        return self._patch_tenant(tenant, f"patch tenant {tenant.key} status", update.patch_for(tenant), status=True)
 
     def set_finalizer(self, tenant: Tenant, present: bool) -> Tenant:
         """Add or remove this project's finalizer on the version of ``tenant`` we read."""
@@ -207,15 +197,20 @@ class Kube:
         finalizers = [*others, FINALIZER] if present else others
         body = {"metadata": {"resourceVersion": tenant.resource_version, "finalizers": finalizers}}
         verb = "add" if present else "remove"
-        obj = _gone_is_gone(
-            tenant,
-            lambda: _call(
-                f"{verb} finalizer on tenant {tenant.key}",
-                lambda: self._custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, tenant.namespace, PLURAL, tenant.name, body
-                ),
-            ),
+        return self._patch_tenant(tenant, f"{verb} finalizer on tenant {tenant.key}", body, status=False)
+
+    def _patch_tenant(self, tenant: Tenant, what: str, body: Mapping[str, Any], *, status: bool) -> Tenant:
+        patch = (
+            self._custom.patch_namespaced_custom_object_status
+            if status
+            else self._custom.patch_namespaced_custom_object
         )
+        try:
+            obj = _call(what, lambda: patch(GROUP, VERSION, tenant.namespace, PLURAL, tenant.name, dict(body)))
+        except ApiException as err:
+            if err.status == 404:
+                raise TenantGone(f"tenant {tenant.key} was deleted meanwhile") from None
+            raise
         return Tenant.from_object(obj)
 
     # Events -------------------------------------------------------------------------------
@@ -436,13 +431,3 @@ class Kube:
         except ApiException as err:
             if err.status != 404:
                 raise
-
-
-def _gone_is_gone(tenant: Tenant, write: Callable[[], T]) -> T:
-    """A write to a Tenant that was deleted meanwhile (404) means there is nothing left to do."""
-    try:
-        return write()
-    except ApiException as err:
-        if err.status == 404:
-            raise TenantGone(f"tenant {tenant.key} was deleted meanwhile") from None
-        raise

@@ -61,13 +61,6 @@ def brokers(pipeline: Stack) -> Iterator[list[Broker]]:
         broker.stop()
 
 
-@pytest.fixture(scope="module")
-def kube(pipeline: Stack) -> Iterator[Kube]:
-    client = Kube.connect(pipeline.admin_kubeconfig)
-    yield client
-    client.close()
-
-
 def cs(n: int) -> str:
     return f"fa017000-0000-4000-8000-{n:012d}"
 

@@ -59,13 +59,6 @@ def pipeline() -> Iterator[Stack]:
         yield stack
 
 
-@pytest.fixture(scope="module")
-def kube(pipeline: Stack) -> Iterator[Kube]:
-    client = Kube.connect(pipeline.admin_kubeconfig)
-    yield client
-    client.close()
-
-
 def apply(pipeline: Stack, name: str, cloud_space_id: str, tenant_name: str | None = None) -> None:
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cloud_space_id, tenant_name))
 

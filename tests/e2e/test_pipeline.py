@@ -40,13 +40,6 @@ def pipeline() -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def kube(pipeline: Stack) -> Iterator[Kube]:
-    client = Kube.connect(pipeline.admin_kubeconfig)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
 def alice(pipeline: Stack, kube: Kube) -> Tenant:
     """The example Tenant from the spec, applied with kubectl, provisioned to Ready."""
     assert pipeline.api is not None

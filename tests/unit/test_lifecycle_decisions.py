@@ -58,21 +58,6 @@ CONFIG = b"apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3c
 EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
 
 
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
-
-
-@pytest.fixture
-def helm(kube: FakeKube) -> FakeHelm:
-    return FakeHelm(kube)
-
-
-@pytest.fixture
-def api() -> FakeKubeoperaApi:
-    return FakeKubeoperaApi()
-
-
 # helpers ----------------------------------------------------------------------------------------
 
 

@@ -65,16 +65,6 @@ KUBECONFIG_STALE = Drift(release_present=True, kubeconfig_current=False)
 
 
 @pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
-
-
-@pytest.fixture
-def helm(kube: FakeKube) -> FakeHelm:
-    return FakeHelm(kube)
-
-
-@pytest.fixture
 def sink() -> FakeSink:
     return FakeSink()
 
