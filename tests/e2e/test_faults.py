@@ -31,11 +31,13 @@ from shared.tenant import Tenant
 from shared.testbed.adapter import AdapterReadyProbe
 from shared.testbed.processes import run
 
+from .rbac_usage import unused_rules
 from .support import exists, helm, phase_of, tenant_yaml, wait_for
 
 pytestmark = pytest.mark.integration
 
 STUCK_SECONDS = 8  # STUCK_RELEASE_SECONDS: a pending release older than this is recovered
+TIMEOUT_SECONDS = 15  # PROVISION_TIMEOUT_SECONDS
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,8 @@ def pipeline() -> Iterator[Stack]:
         cleanup_poll_seconds=1,
         resync_seconds=3600,  # one tick at start; the tests tick when they want one
         stuck_release_seconds=STUCK_SECONDS,
+        provision_timeout_seconds=TIMEOUT_SECONDS,
+        vcluster_never_boot=r"vc-stuck-.*",
     )
     with start_stack(options) as stack:
         yield stack
@@ -334,6 +338,35 @@ def test_kubeopera_api_down_then_up(pipeline: Stack, kube: Kube) -> None:
     bodies = [json.loads(r.body) for r in pipeline.api.requests() if r.path.endswith(cs(6))]
     assert bodies[-1]["status"] == "active"
     report("kubeopera-api down, then up", tenant, started)
+
+
+def test_a_lost_chain_past_the_timeout_is_failed_by_resync(pipeline: Stack, kube: Kube, brokers: list[Broker]) -> None:
+    """The vCluster never boots and the chain is lost with a restarted broker: nobody polls, so
+    only resync sees the timeout pass."""
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("stuck-lost", cs(7)))
+    wait_for("stuck-lost Provisioning", lambda: phase_of(kube, "stuck-lost", "Provisioning"), timeout=60)
+    old = brokers[-1]
+    port = int(old.url.split(":")[2].split("/")[0])
+    old.stop()
+    fresh = Broker(load_triggers(project_path("eventing", "triggers")), resolve=pipeline.function_urls.get)
+    fresh.start(port=port)
+    brokers.append(fresh)
+    time.sleep(TIMEOUT_SECONDS + 2)
+    assert phase_of(kube, "stuck-lost", "Provisioning") is not None, "nothing polled it"
+    tick(pipeline)
+    failed = wait_for("stuck-lost Failed", lambda: phase_of(kube, "stuck-lost", "Failed"), timeout=30)
+    assert failed.status.message.endswith("found by resync")
+    ready = failed.status.condition("Ready")
+    assert ready is not None and ready.reason == "ProvisionTimeout"
+    report("chain lost, vCluster never boots: failed at the timeout by resync", failed, started)
+
+
+def test_resyncs_rbac_rules_are_all_used(pipeline: Stack) -> None:
+    """After the faults above resync has re-driven, re-installed and timed out Tenants: every
+    rule of deploy/base/rbac/tenant-resync.yaml shows up in the audit log."""
+    assert pipeline.control_plane is not None
+    assert unused_rules(pipeline.control_plane.audit_log, ["tenant-resync"], fold_required=False) == {}
 
 
 def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube, brokers: list[Broker]) -> None:

@@ -17,21 +17,21 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from shared.kube import Kube
 from shared.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from shared.tenant import Tenant
 
+from .rbac_usage import unused_rules
 from .support import exists, helm, kubectl_as, legacy_namespace, phase_of, tenant_events, tenant_yaml, wait_for
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_SECONDS = 20
 CS_BOB = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e60"
 CS_BOB_DUP = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e61"
@@ -362,93 +362,13 @@ def test_the_stuck_release_tenant_is_cleaned_even_after_failing(pipeline: Stack,
     assert not [r for r in helm(pipeline, "list", "--all-namespaces", "--all") if r["name"] == "vc-stuck-jo"]
 
 
-# What the RBAC of deploy/ grants that this module's run does not use, each with its reason.
-# Everything else granted must show up in the audit log of the run.
-CHART_ROLE_KINDS = {"configmaps", "secrets", "services", "serviceaccounts", "pods", "pods/attach", "pods/portforward"}
-NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
-    "tenant-install": [
-        (
-            "",
-            {*CHART_ROLE_KINDS, "pods/exec", "persistentvolumeclaims", "endpoints", "events", "pods/log"},
-            {"get", "list", "watch", "create", "update", "patch", "delete"},
-            "escalation: the vcluster chart's Role grants these, so creating it requires holding them",
-        ),
-        ("", {"pods/status", "pods/ephemeralcontainers"}, {"patch", "update"}, "escalation (the real chart's Role)"),
-        ("apps", {"replicasets", "deployments"}, {"get", "list", "watch"}, "escalation"),
-        ("apps", {"statefulsets"}, {"list", "watch"}, "escalation"),
-        (
-            "networking.k8s.io",
-            {"ingresses"},
-            {"get", "list", "watch", "create", "update", "patch", "delete"},
-            "escalation",
-        ),
-        ("apps", {"statefulsets"}, {"delete"}, "uninstall of a stuck pending-install: tests/e2e/test_faults.py"),
-        (
-            "rbac.authorization.k8s.io",
-            {"roles", "rolebindings"},
-            {"patch", "delete"},
-            "an upgrade that changes or drops them",
-        ),
-        ("coordination.k8s.io", {"leases"}, {"get", "update"}, "another holder's Lease: tests/e2e/test_faults.py"),
-    ],
-    "tenant-cleanup": [
-        ("coordination.k8s.io", {"leases"}, {"get", "update"}, "another holder's Lease: tests/e2e/test_faults.py"),
-    ],
-}
-
-
-def exempt(service: str, group: str, resource: str, verb: str) -> bool:
-    return any(
-        group == g and resource in resources and verb in verbs
-        for g, resources, verbs, _ in NOT_EXERCISED_HERE.get(service, [])
-    )
-
-
-def granted(service: str) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) of every rule of the function's Role and ClusterRole."""
-    path = REPO / "deploy" / "base" / "rbac" / f"{service}.yaml"
-    out = set()
-    for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc["kind"] in ("Role", "ClusterRole"):
-            for rule in doc["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        for verb in rule["verbs"]:
-                            out.add((group, resource, verb))
-    return out
-
-
-def used(audit_log: Path, service: str) -> set[tuple[str, str, str]]:
-    user = f"system:serviceaccount:{TENANT_NAMESPACE}:{service}"
-    out = set()
-    for line in audit_log.read_text().splitlines():
-        entry = json.loads(line)
-        ref = entry.get("objectRef")
-        if entry["user"]["username"] != user or not ref or entry.get("stage") != "ResponseComplete":
-            continue
-        if entry.get("responseStatus", {}).get("code") in (401, 403):
-            continue  # refused: not a use of any rule
-        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        out.add((ref.get("apiGroup", ""), resource, entry["verb"]))
-    return out
-
-
 def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
     """Runs after the lifecycle tests: the audit log of everything the module did, against
-    deploy/base/rbac. Events' get and patch fold a repeated Event into a count; every function
-    records Events through the same code (Kube.record_event), and the fold must have run at
-    least once, for some function."""
+    deploy/base/rbac. tenant-resync's rules are checked by tests/e2e/test_faults.py, where it
+    does its work."""
     assert pipeline.control_plane is not None
-    audit_log = pipeline.control_plane.audit_log
-    uses = {service: used(audit_log, service) for service in FUNCTIONS}
-    fold = {("", "events", "get"), ("", "events", "patch")}
-    assert fold <= set().union(*uses.values()), "no repeated Event was folded into a count in this run"
-    unused = {}
-    for service in FUNCTIONS:
-        left = {(g, r, v) for g, r, v in granted(service) - uses[service] - fold if not exempt(service, g, r, v)}
-        if left:
-            unused[service] = sorted(left)
-    assert unused == {}, f"RBAC rules no code used in this run: {unused}"
+    services = [s for s in FUNCTIONS if s != "tenant-resync"]
+    assert unused_rules(pipeline.control_plane.audit_log, services) == {}
 
 
 def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubeconfigs(pipeline: Stack) -> None:
@@ -476,3 +396,36 @@ def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubec
     assert internal.returncode != 0 and "tenant-*-kubeconfig" in internal.stderr
     assert exists(pipeline, "namespace", "another-team")
     assert exists(pipeline, "secret", "not-a-kubeconfig", "-n", TENANT_NAMESPACE)
+
+
+def scraped(url: str, name: str, labels: str) -> float:
+    """One sample of a function's /metrics (0 when it is not there yet)."""
+    for line in requests.get(url + "metrics", timeout=10).text.splitlines():
+        if line.startswith(f"{name}{{") and labels in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_refused_status_write_still_answers_json_and_is_counted(pipeline: Stack) -> None:
+    """A real 403: check-ready may read Tenants only in kubeopera-system. An event about a Tenant
+    elsewhere fails on the read, and marking that Tenant Failed fails the same way; the answer is
+    still the JSON error mapping (422), never Flask's HTML 500, and the delivery is counted."""
+    url = pipeline.function_urls["tenant-check-ready"]
+    labels = 'controller="check-ready",result="error"'
+    before = scraped(url, "controller_runtime_reconcile_total", labels)
+    answer = requests.post(
+        url,
+        headers={
+            "ce-specversion": "1.0",
+            "ce-id": "forbidden-1",
+            "ce-source": "/test",
+            "ce-type": "io.kubeopera.tenant.provisioning",
+            "content-type": "application/json",
+        },
+        data=json.dumps({"namespace": "default", "name": "elsewhere", "uid": "u-1", "generation": 1}),
+        timeout=30,
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert "403" in answer.json()["error"]
+    assert scraped(url, "controller_runtime_reconcile_total", labels) == before + 1
