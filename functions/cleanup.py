@@ -14,9 +14,9 @@ acknowledged at once, without an API call. For one that is:
    someone else is left alone, with a Warning Event saying so;
 3. while the namespace still exists (Terminating), 503 with ``Retry-After:
    CLEANUP_POLL_SECONDS``: the broker asks again, as it does for check-ready;
-4. once everything is gone: kubeopera-api is told the CloudSpace is ``deleted`` (non-fatal, and
-   not when another Tenant still claims the same ``cloudSpaceID``), Event ``CleanupFinished``,
-   and the finalizer is removed, which lets the API server delete the Tenant.
+4. once everything is gone: Event ``CleanupFinished``, the finalizer is removed (which lets the
+   API server delete the Tenant), and kubeopera-api is told the CloudSpace is ``deleted``
+   (non-fatal, once, and not when another Tenant still claims the same ``cloudSpaceID``).
 
 Every step is safe to repeat; a Tenant that never got far (no namespace, no Secret), is Failed,
 or whose namespace is already gone goes straight to step 4. A cleanup that the broker gave up on
@@ -125,10 +125,13 @@ def handle(
 
     if waiting:
         raise NotReadyYet("waiting for " + ", ".join(waiting), retry_after=settings.cleanup_poll_seconds)
-    _tell_kubeopera_api(kube, api, tenant)
     kube.record_event(tenant, TenantEvent("Normal", "CleanupFinished", "vCluster and stored kubeconfig removed"))
+    # Guarded by the resourceVersion read: of two deliveries finishing at once only one removes
+    # the finalizer (the other gets Conflict, re-reads, finds the Tenant gone), so only one tells
+    # kubeopera-api. A callback that fails now is not retried: the Tenant is gone.
     kube.set_finalizer(tenant, present=False)
     log.info("cleanup finished; finalizer removed")
+    _tell_kubeopera_api(kube, api, tenant)
     return None
 
 
