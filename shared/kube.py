@@ -10,6 +10,7 @@ in an error message or a log line.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -287,13 +288,8 @@ class Kube:
 
     def delete_namespace(self, name: str) -> None:
         """Start the namespace's deletion (its objects and PVCs go with it); absent is fine."""
-        try:
-            _call(f"delete namespace {name}", lambda: self._core.delete_namespace(name))
-        except Conflict:
-            pass  # 409: its deletion is already under way
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        with contextlib.suppress(Conflict):  # 409: its deletion is already under way
+            _unless_absent(f"delete namespace {name}", lambda: self._core.delete_namespace(name))
 
     # StatefulSets -------------------------------------------------------------------------
 
@@ -351,17 +347,12 @@ class Kube:
 
     def release_lease(self, namespace: str, name: str, resource_version: str) -> None:
         """Give up our hold (the version ``acquire_lease`` returned); gone or taken over is fine."""
-        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
-        try:
-            _call(
+        options = _precondition(resource_version)
+        with contextlib.suppress(Conflict):  # expired and taken over by another holder: theirs now
+            _unless_absent(
                 f"delete lease {namespace}/{name}",
                 lambda: self._coordination.delete_namespaced_lease(name, namespace, body=options),
             )
-        except ApiException as err:
-            if err.status != 404:
-                raise
-        except Conflict:
-            pass  # expired and taken over by another holder: theirs now
 
     # Secrets ------------------------------------------------------------------------------
 
@@ -422,12 +413,22 @@ class Kube:
 
     def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
         """Delete the version of the Secret we read; absent is fine, changed is ``Conflict``."""
-        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
-        try:
-            _call(
-                f"delete secret {namespace}/{name}",
-                lambda: self._core.delete_namespaced_secret(name, namespace, body=options),
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        options = _precondition(resource_version)
+        _unless_absent(
+            f"delete secret {namespace}/{name}",
+            lambda: self._core.delete_namespaced_secret(name, namespace, body=options),
+        )
+
+
+def _unless_absent(what: str, fn: Callable[[], object]) -> None:
+    """A delete for which "it is not there" (404) is success."""
+    try:
+        _call(what, fn)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def _precondition(resource_version: str) -> Any:
+    """Delete only the version we read (409 if it changed meanwhile)."""
+    return k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
