@@ -1,10 +1,12 @@
-"""The one adapter to the Kubernetes API (the only module that imports ``kubernetes``).
+"""The one adapter to the Kubernetes API (the only runtime module that imports ``kubernetes``).
 
-It speaks in this project's values (``Tenant``, ``StatusUpdate``) and errors: a 409 becomes
-``Conflict``; 429, 5xx and connection failures become ``TemporaryError``; 401/403 become
-``PermanentError`` (a missing RBAC rule does not heal by retrying; the message names the verb
-and resource), and so do 400/422 (the object we sent is invalid). Secret contents never appear
-in an error message or a log line.
+It speaks in this project's values (``Tenant``, ``StatusUpdate``, ``TenantEvent``, ``Rollout``,
+``StoredSecret``) and errors: a 409 becomes ``Conflict``; 429, 5xx and connection failures
+become ``TemporaryError``; a 403 for a namespace being deleted is ``NamespaceTerminating``
+(temporary); other 401/403 become ``PermanentError`` (a missing RBAC rule does not heal by
+retrying; the message names the verb and resource), and so do 400/422 (the object we sent is
+invalid); a write to a Tenant that is gone is ``TenantGone``. Writes are guarded by the
+resourceVersion that was read. Secret contents never appear in an error message or a log line.
 """
 
 from __future__ import annotations
