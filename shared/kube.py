@@ -147,17 +147,11 @@ class Kube:
         return None if obj is None else Tenant.from_object(obj)
 
     def get_tenant_object(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return dict(
-                _call(
-                    f"get tenant {namespace}/{name}",
-                    lambda: self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-                )
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        obj = _found_or_none(
+            f"get tenant {namespace}/{name}",
+            lambda: self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+        )
+        return None if obj is None else dict(obj)
 
     def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
         """Tenants in ``namespace`` matching a field selector on the CRD's selectable fields
@@ -266,12 +260,9 @@ class Kube:
 
     def get_namespace(self, name: str) -> NamespaceInfo | None:
         """The namespace's labels and whether it is being deleted, or None if there is none."""
-        try:
-            current = _call(f"get namespace {name}", lambda: self._core.read_namespace(name))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        current = _found_or_none(f"get namespace {name}", lambda: self._core.read_namespace(name))
+        if current is None:
+            return None
         return NamespaceInfo(dict(current.metadata.labels or {}), current.metadata.deletion_timestamp is not None)
 
     def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
@@ -297,14 +288,11 @@ class Kube:
 
     def get_rollout(self, namespace: str, name: str) -> Rollout | None:
         """The rollout of StatefulSet ``name`` (the vCluster control plane), None if there is none."""
-        try:
-            sts = _call(
-                f"get statefulset {namespace}/{name}", lambda: self._apps.read_namespaced_stateful_set(name, namespace)
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        sts = _found_or_none(
+            f"get statefulset {namespace}/{name}", lambda: self._apps.read_namespaced_stateful_set(name, namespace)
+        )
+        if sts is None:
+            return None
         status = sts.status
         return Rollout(
             generation=int(sts.metadata.generation or 0),
@@ -360,14 +348,8 @@ class Kube:
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
         """The decoded value of one key of a Secret, or None if the Secret or key is absent."""
-        try:
-            secret = _call(f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        encoded = (secret.data or {}).get(key)
-        return base64.b64decode(encoded) if encoded else None
+        secret = self.get_secret(namespace, name)
+        return (secret.data.get(key) or None) if secret is not None else None
 
     def list_secrets(self, label_selector: str) -> list[tuple[str, str, str, dict[str, str]]]:
         """(namespace, name, uid, labels) of every Secret matching the selector, in all namespaces."""
@@ -380,12 +362,11 @@ class Kube:
         ]
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
-        try:
-            secret = _call(f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        secret = _found_or_none(
+            f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace)
+        )
+        if secret is None:
+            return None
         return StoredSecret(
             labels=dict(secret.metadata.labels or {}),
             data={k: base64.b64decode(v) for k, v in (secret.data or {}).items()},
@@ -434,3 +415,13 @@ def _unless_absent(what: str, fn: Callable[[], object]) -> None:
 def _precondition(resource_version: str) -> Any:
     """Delete only the version we read (409 if it changed meanwhile)."""
     return k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
+
+
+def _found_or_none(what: str, fn: Callable[[], T]) -> T | None:
+    """A get for which "it is not there" (404) is an answer: None."""
+    try:
+        return _call(what, fn)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
