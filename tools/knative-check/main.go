@@ -14,8 +14,14 @@
 //
 // Feature flags come from the inputs, as on a cluster: a ConfigMap config-features in namespace
 // knative-eventing (for example eventing/config-features-patch.yaml) is merged over Knative
-// Eventing's defaults; ConfigMaps config-features, config-defaults and config-autoscaler in
+// Eventing's defaults, and config-br-defaults there (the Broker class and channel a Broker
+// without spec.config gets) is used as the eventing webhook uses it; ConfigMaps config-features, config-defaults and config-autoscaler in
 // knative-serving over Knative Serving's. Without them, the release defaults apply.
+//
+// With --emit FILE, it also writes every input document to FILE as a YAML stream (one JSON document
+// each), Knative objects as the webhook would store them (after SetDefaults), others unchanged, so
+// that a cluster without Knative's webhook can be given exactly what the webhook would admit. FILE
+// is written only when every Knative object passed.
 //
 // Exit status: 0 when every Knative object passed, 1 when one failed, 2 on a usage or read error.
 //
@@ -43,6 +49,7 @@ import (
 
 	"knative.dev/pkg/apis"
 
+	eventingconfig "knative.dev/eventing/pkg/apis/config"
 	eventingv1 "knative.dev/eventing/pkg/apis/eventing/v1"
 	"knative.dev/eventing/pkg/apis/feature"
 	sourcesv1 "knative.dev/eventing/pkg/apis/sources/v1"
@@ -97,8 +104,16 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, "usage: knative-check FILE|DIR|- ...")
+	emit := ""
+	if len(args) > 0 && (args[0] == "--emit" || strings.HasPrefix(args[0], "--emit=")) {
+		if args[0] == "--emit" && len(args) > 1 {
+			emit, args = args[1], args[2:]
+		} else {
+			emit, args = strings.TrimPrefix(args[0], "--emit="), args[1:]
+		}
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || (emit == "" && args[0] == "--emit") {
+		fmt.Fprintln(stderr, "usage: knative-check [--emit FILE] FILE|DIR|- ...")
 		return 2
 	}
 	var docs []document
@@ -116,8 +131,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	failed, checked := 0, 0
+	var emitted bytes.Buffer
 	for _, doc := range docs {
-		status, detail := check(ctx, doc)
+		status, detail, stored := check(ctx, doc)
+		emitted.WriteString("---\n")
+		emitted.Write(stored)
+		emitted.WriteString("\n")
 		switch status {
 		case "FAIL":
 			failed++
@@ -130,6 +149,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%d Knative objects checked, %d failed\n", checked, failed)
 	if failed > 0 {
 		return 1
+	}
+	if emit != "" {
+		if err := os.WriteFile(emit, emitted.Bytes(), 0o600); err != nil {
+			fmt.Fprintf(stderr, "knative-check: %v\n", err)
+			return 2
+		}
 	}
 	return 0
 }
@@ -215,6 +240,7 @@ func splitDocuments(name string, data []byte) ([]document, error) {
 // from any Knative ConfigMaps among the inputs, over the release defaults, and "this is a create".
 func webhookContext(docs []document) (context.Context, error) {
 	eventingFeatures := map[string]string{}
+	brokerDefaults := map[string]string{}
 	servingMaps := map[string]map[string]string{}
 	for _, doc := range docs {
 		if doc.head.APIVersion != "v1" || doc.head.Kind != "ConfigMap" {
@@ -228,6 +254,10 @@ func webhookContext(docs []document) (context.Context, error) {
 		case cm.Namespace == "knative-eventing" && cm.Name == "config-features":
 			for k, v := range cm.Data {
 				eventingFeatures[k] = v
+			}
+		case cm.Namespace == "knative-eventing" && cm.Name == eventingconfig.DefaultsConfigName:
+			for k, v := range cm.Data {
+				brokerDefaults[k] = v
 			}
 		case cm.Namespace == "knative-serving":
 			if servingMaps[cm.Name] == nil {
@@ -256,36 +286,48 @@ func webhookContext(docs []document) (context.Context, error) {
 	}
 	ctx := context.Background()
 	ctx = feature.ToContext(ctx, flags)
+	if len(brokerDefaults) > 0 { // else the release defaults, as without the ConfigMap on a cluster
+		brDefaults, err := eventingconfig.NewDefaultsConfigFromMap(brokerDefaults)
+		if err != nil {
+			return nil, fmt.Errorf("knative-eventing/%s: %w", eventingconfig.DefaultsConfigName, err)
+		}
+		ctx = eventingconfig.ToContext(ctx, &eventingconfig.Config{Defaults: brDefaults})
+	}
 	ctx = servingconfig.ToContext(ctx, &servingconfig.Config{Defaults: defaults, Features: features, Autoscaler: autoscaler})
 	return apis.WithinCreate(ctx), nil
 }
 
-// check decodes one document into its Knative type, defaults it and validates it.
-func check(ctx context.Context, doc document) (status, detail string) {
+// check decodes one document into its Knative type, defaults it and validates it; it returns the
+// document as the webhook would store it (defaulted; unchanged when it is not a Knative object).
+func check(ctx context.Context, doc document) (status, detail string, stored []byte) {
 	key := doc.head.APIVersion + "/" + doc.head.Kind
 	newObject, known := constructors[key]
 	if !known {
 		group := strings.SplitN(doc.head.APIVersion, "/", 2)[0]
 		if strings.HasSuffix(group, ".knative.dev") {
-			return "FAIL", fmt.Sprintf(": %s is a Knative kind this checker does not know", key)
+			return "FAIL", fmt.Sprintf(": %s is a Knative kind this checker does not know", key), doc.data
 		}
-		return "SKIP", " (not a Knative object)"
+		return "SKIP", " (not a Knative object)", doc.data
 	}
 	obj := newObject()
 	decoder := json.NewDecoder(bytes.NewReader(doc.data))
 	decoder.DisallowUnknownFields()
 	if err := decoder.Decode(obj); err != nil {
-		return "FAIL", fmt.Sprintf(": cannot decode into %s: %v", key, err)
+		return "FAIL", fmt.Sprintf(": cannot decode into %s: %v", key, err), doc.data
 	}
 	obj.SetDefaults(ctx)
+	stored, err := json.Marshal(obj)
+	if err != nil {
+		return "FAIL", fmt.Sprintf(": cannot encode the defaulted %s: %v", key, err), doc.data
+	}
 	fieldErrs := obj.Validate(ctx)
 	if errs := fieldErrs.Filter(apis.ErrorLevel); errs != nil {
-		return "FAIL", ": " + oneLine(errs.Error())
+		return "FAIL", ": " + oneLine(errs.Error()), stored
 	}
 	if warnings := fieldErrs.Filter(apis.WarningLevel); warnings != nil {
-		return "OK", " (warning: " + oneLine(warnings.Error()) + ")"
+		return "OK", " (warning: " + oneLine(warnings.Error()) + ")", stored
 	}
-	return "OK", ""
+	return "OK", "", stored
 }
 
 func oneLine(s string) string {
