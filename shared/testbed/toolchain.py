@@ -6,15 +6,26 @@ module, because that module replaces its staging modules with local paths and ca
 install``-ed; the controller manager has a cache folder of its own, so adding it did not rebuild
 the others), helm
 (version-stamped so that ``pyhelm3.Client()`` can parse ``helm version``), an OCI registry
-(distribution v3) and the Knative ApiServerSource receive adapter. Versions live in
-``VERSIONS`` and nowhere else.
+(distribution v3), the Knative ApiServerSource receive adapter, and Knative Eventing's control and
+data plane (``knative-eventing``: controller, mtchannel_broker, broker ingress and filter, the
+in-memory channel's controller and dispatcher, mtping), which also carries the manifests the test
+bed applies, copied out of the module cache at build time (``ModuleCopy``): Eventing's
+``config/`` as ``config/eventing/`` and Serving's ``config/core/300-resources/`` as
+``config/serving-crds/``, so nothing later reads ``GOMODCACHE``. Versions live in ``VERSIONS``
+and nowhere else.
 
 Layout: ``$KUBEOPERA_TOOLS_CACHE`` (default ``~/.cache/kubeopera-tenants``)
-``/tools/<name>-<version>/bin/<binary>``. A tool folder appears only when its build finished
-(built in a temporary folder, then renamed), so a warm run finds everything and builds
-nothing. ``KUBEBUILDER_ASSETS``, when set, supplies ``etcd``, ``kube-apiserver`` and
-``kubectl`` as envtest does; envtest's assets carry no ``kube-controller-manager``, so that one is
-still built here.
+``/tools/<name>-<version>/bin/<binary>`` (and ``/tools/<name>-<version>/config/...``). A tool
+folder appears only when its build finished (built in a temporary folder, then renamed), so a warm
+run finds everything and builds nothing. ``KUBEBUILDER_ASSETS``, when set, supplies ``etcd``,
+``kube-apiserver`` and ``kubectl`` as envtest does; envtest's assets carry no
+``kube-controller-manager``, so that one is still built here.
+
+A cold build takes a while (about 13 minutes on 2 cores before Knative Eventing, see
+``build_progress.DEFAULT_SECONDS``), so it says what it does on stderr: what is missing and how
+long that usually takes, a line per tool, a progress line every 15 s while a ``go build`` runs and
+the time left for everything still to build. The usual durations are those this toolchain
+measured on this machine, kept in ``<cache>/timings.json`` (``shared/testbed/build_progress.py``).
 
 Run ``python -m shared.testbed.toolchain`` to build everything and print the paths.
 """
@@ -35,6 +46,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from shared.testbed import build_progress
+from shared.testbed.build_progress import Progress, Step, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +83,22 @@ class ToolchainError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class ModuleCopy:
+    """A folder of a Go module, copied out of the module cache into a tool folder at build time.
+
+    ``dest`` is relative to the tool folder. The copy is ordinary, writable files, so nothing that
+    uses the tool reads ``GOMODCACHE`` (which may be elsewhere, pruned, or read-only).
+    """
+
+    module: str
+    version: str
+    subdir: str  # inside the module; "" for the whole module
+    dest: str
+
+
+@dataclass(frozen=True)
 class GoBuild:
-    """One Go wrapper module and the binaries built from it."""
+    """One Go wrapper module and the binaries built from it (and module folders it carries)."""
 
     name: str
     version: str
@@ -80,6 +108,7 @@ class GoBuild:
     replace_staging_of: str | None = None  # module whose k8s.io staging replaces we mirror
     source_dir: Path | None = None  # a main package of our own (copied into the module)
     sums: tuple[str, ...] = ()  # go.sum lines pinned here (see KNATIVE_EVENTING_SUMS)
+    copies: tuple[ModuleCopy, ...] = ()
 
     @property
     def binaries(self) -> tuple[str, ...]:
@@ -158,6 +187,31 @@ BUILDS: Mapping[str, GoBuild] = {
         requires=(("knative.dev/eventing", KNATIVE_EVENTING_VERSION),),
         packages=(("apiserver_receive_adapter", "knative.dev/eventing/cmd/apiserver_receive_adapter"),),
         sums=KNATIVE_EVENTING_SUMS,
+    ),
+    # Knative Eventing's control and data plane (unmodified upstream mains), the same module as the
+    # adapter: the two pinned go.sum lines are enough, `-mod=mod` fills in the rest from
+    # sum.golang.org (the result equals a full go.sum line for line). It carries the manifests the
+    # test bed applies: Eventing's config/ and Serving's CRDs.
+    "knative-eventing": GoBuild(
+        name="knative-eventing",
+        version=KNATIVE_EVENTING_VERSION,
+        requires=(("knative.dev/eventing", KNATIVE_EVENTING_VERSION),),
+        packages=(
+            ("controller", "knative.dev/eventing/cmd/controller"),
+            ("mtchannel_broker", "knative.dev/eventing/cmd/mtchannel_broker"),
+            ("broker_ingress", "knative.dev/eventing/cmd/broker/ingress"),
+            ("broker_filter", "knative.dev/eventing/cmd/broker/filter"),
+            ("in_memory_channel_controller", "knative.dev/eventing/cmd/in_memory/channel_controller"),
+            ("in_memory_channel_dispatcher", "knative.dev/eventing/cmd/in_memory/channel_dispatcher"),
+            ("mtping", "knative.dev/eventing/cmd/mtping"),
+        ),
+        sums=KNATIVE_EVENTING_SUMS,
+        copies=(
+            ModuleCopy("knative.dev/eventing", KNATIVE_EVENTING_VERSION, "config", "config/eventing"),
+            ModuleCopy(
+                "knative.dev/serving", KNATIVE_SERVING_VERSION, "config/core/300-resources", "config/serving-crds"
+            ),
+        ),
     ),
     "knative-check": GoBuild(
         name="knative-check",
@@ -240,41 +294,90 @@ def _staging_replaces(module: str, version: str, cwd: Path, env: Mapping[str, st
     return [f"\t{name} => {name} {staged}" for name in staging]
 
 
-def _build(build: GoBuild, target: Path) -> None:
+def _write_module(build: GoBuild, src: Path, env: Mapping[str, str]) -> None:
+    src.mkdir()
+    if build.source_dir is not None:
+        for path in build.source_dir.iterdir():
+            if path.suffix == ".go":
+                shutil.copy(path, src / path.name)
+    lines = [f"module kubeopera.local/tools/{build.name}", "", "go 1.24", "", "require ("]
+    lines += [f"\t{mod} {ver}" for mod, ver in build.requires]
+    lines.append(")")
+    if build.replace_staging_of:
+        version = dict(build.requires)[build.replace_staging_of]
+        lines += ["", "replace (", *_staging_replaces(build.replace_staging_of, version, src, env), ")"]
+    (src / "go.mod").write_text("\n".join(lines) + "\n")
+    if build.sums:
+        (src / "go.sum").write_text("\n".join(build.sums) + "\n")
+
+
+def steps(build: GoBuild) -> tuple[Step, ...]:
+    """The `go build` invocations of a tool, one per binary.
+
+    Not one `go build -o DIR pkg...` for a tool's several binaries: after the ApiServerSource
+    adapter, Knative Eventing's seven took 67.0 s that way and 59.5 s one by one (2 cores, empty
+    GOCACHE); later binaries reuse the first one's compiled packages either way.
+    """
+    return tuple(Step(build.name, binary) for binary in build.binaries)
+
+
+def _go_build(build: GoBuild, step: Step, src: Path, bin_dir: Path, env: Mapping[str, str]) -> None:
+    package = dict(build.packages)[step.binary]
+    flags = f"-s -w {build.ldflags}".strip()
+    _run([_go(), "build", "-trimpath", "-ldflags", flags, "-o", str(bin_dir / step.binary), package], src, env)
+
+
+def _build(build: GoBuild, target: Path, progress: Progress) -> None:
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
     work = Path(tempfile.mkdtemp(prefix=f".{build.name}-", dir=target.parent))
     try:
         src = work / "src"
-        src.mkdir()
-        if build.source_dir is not None:
-            for path in build.source_dir.iterdir():
-                if path.suffix == ".go":
-                    shutil.copy(path, src / path.name)
-        lines = [f"module kubeopera.local/tools/{build.name}", "", "go 1.24", "", "require ("]
-        lines += [f"\t{mod} {ver}" for mod, ver in build.requires]
-        lines.append(")")
-        if build.replace_staging_of:
-            version = dict(build.requires)[build.replace_staging_of]
-            lines += ["", "replace (", *_staging_replaces(build.replace_staging_of, version, src, env), ")"]
-        (src / "go.mod").write_text("\n".join(lines) + "\n")
-        if build.sums:
-            (src / "go.sum").write_text("\n".join(build.sums) + "\n")
-        bin_dir = work / "bin"
-        for binary, package in build.packages:
-            print(f"toolchain: building {binary} ({build.name} {build.version}) ...", file=sys.stderr, flush=True)
-            started = time.monotonic()
-            args = [_go(), "build", "-trimpath", "-o", str(bin_dir / binary)]
-            if build.ldflags:
-                args += ["-ldflags", f"-s -w {build.ldflags}"]
-            else:
-                args += ["-ldflags", "-s -w"]
-            _run([*args, package], src, env)
-            print(f"toolchain: built {binary} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+        _write_module(build, src, env)
+        for step in steps(build):
+            progress.step_started(step)
+            try:
+                with Ticker(build_progress.TICK_SECONDS, progress.tick):
+                    _go_build(build, step, src, work / "bin", env)
+            except BaseException:
+                progress.step_finished(failed=True)
+                raise
+            build_progress.record_timing(_timings_file(), step.binary, progress.step_finished())
+        _copy_from_modules(build.copies, work, src, env)
         shutil.rmtree(target, ignore_errors=True)
         work.rename(target)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def _module_dir(module: str, version: str, cwd: Path, env: Mapping[str, str]) -> Path:
+    """The module's folder in the module cache (downloaded if it is not there yet)."""
+    info = json.loads(_run([_go(), "mod", "download", "-json", f"{module}@{version}"], cwd, env))
+    return Path(info["Dir"])
+
+
+def _copy_from_modules(copies: tuple[ModuleCopy, ...], work: Path, cwd: Path, env: Mapping[str, str]) -> None:
+    for copy in copies:
+        source = _module_dir(copy.module, copy.version, cwd, env) / copy.subdir
+        if not source.is_dir():
+            raise ToolchainError(f"{copy.module}@{copy.version} has no folder {copy.subdir!r} to copy")
+        dest = work / copy.dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, dest, copy_function=shutil.copyfile)
+        _make_writable(dest)
+
+
+def _make_writable(folder: Path) -> None:
+    """copytree copies the module cache's read-only folder modes; give the copy ordinary ones."""
+    folder.chmod(0o755)
+    for path in sorted(folder.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _is_complete(build: GoBuild, target: Path) -> bool:
+    return all((target / "bin" / b).is_file() for b in build.binaries) and all(
+        (target / copy.dest).is_dir() for copy in build.copies
+    )
 
 
 @dataclass(frozen=True)
@@ -288,22 +391,59 @@ class Toolchain:
     helm: Path
     registry: Path
     apiserver_adapter: Path
+    knative: Path  # bin folder: controller, mtchannel_broker, broker_ingress, broker_filter, in_memory_*, mtping
+    knative_config: Path  # eventing/ (Eventing's config/) and serving-crds/ (Serving's 300-resources/)
 
     def bin_dirs(self) -> list[Path]:
         return sorted({p.parent for p in (self.etcd, self.kube_apiserver, self.kubectl, self.helm)})
 
 
-def ensure(name: str) -> Path:
-    """Build the named tool if it is not in the cache yet; return its bin folder."""
+def _timings_file() -> Path:
+    return cache_root() / build_progress.TIMINGS_FILE
+
+
+def _emit(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _progress(names: list[str]) -> Progress:
+    """What is missing of the named tools, with the usual time of each step, reporting to stderr."""
+    builds = [BUILDS[name] for name in names]
+    plan = {build.name: steps(build) for build in builds if not _is_complete(build, _tool_dir(build))}
+    recorded = build_progress.load_timings(_timings_file()) if plan else {}
+    return Progress(plan, recorded, time.monotonic, _emit)
+
+
+def ensure(name: str, progress: Progress | None = None) -> Path:
+    """Build the named tool if it is not in the cache yet; return its bin folder.
+
+    ``progress`` is the plan of a caller that builds several tools (``ensure_all``), so its
+    estimate of the time left covers them all.
+    """
     build = BUILDS[name]
     target = _tool_dir(build)
-    if all((target / "bin" / b).is_file() for b in build.binaries):
+    if _is_complete(build, target):
         return target / "bin"
+    if progress is None:
+        progress = _progress([name])
     with _lock():
-        if not all((target / "bin" / b).is_file() for b in build.binaries):
+        if _is_complete(build, target):
+            progress.tool_skipped(name)
+        else:
             target.parent.mkdir(parents=True, exist_ok=True)
-            _build(build, target)
+            progress.tool_started(name, build.version)
+            _build(build, target, progress)
+            progress.tool_finished(name)
     return target / "bin"
+
+
+def _envtest_binaries(assets: str) -> tuple[Path, Path, Path]:
+    folder = Path(assets)
+    missing = [b for b in _ENVTEST_BINARIES if not (folder / b).is_file()]
+    if missing:
+        raise ToolchainError(f"KUBEBUILDER_ASSETS={assets} lacks {', '.join(missing)}")
+    etcd, apiserver, kubectl = (folder / b for b in _ENVTEST_BINARIES)
+    return etcd, apiserver, kubectl
 
 
 def ensure_all() -> Toolchain:
@@ -311,25 +451,29 @@ def ensure_all() -> Toolchain:
 
     kube-controller-manager is always built here: envtest's assets do not include it.
     """
+    # One tool after another, not side by side: on 2 cores with an empty GOCACHE, helm then
+    # registry took 254 s, both at once 370 s (each `go build` already keeps both cores busy, and
+    # two of them compile the packages they share twice).
     assets = os.environ.get("KUBEBUILDER_ASSETS")
-    if assets:
-        folder = Path(assets)
-        missing = [b for b in _ENVTEST_BINARIES if not (folder / b).is_file()]
-        if missing:
-            raise ToolchainError(f"KUBEBUILDER_ASSETS={assets} lacks {', '.join(missing)}")
-        etcd, apiserver, kubectl = (folder / b for b in _ENVTEST_BINARIES)
-    else:
-        kube = ensure("kubernetes")
-        etcd = ensure("etcd") / "etcd"
-        apiserver, kubectl = kube / "kube-apiserver", kube / "kubectl"
+    envtest = _envtest_binaries(assets) if assets else None
+    names = [] if envtest else ["kubernetes", "etcd"]
+    names += ["kube-controller-manager", "helm", "registry", "apiserver-adapter", "knative-eventing"]
+    progress = _progress(names)
+    progress.announce(cache_root())
+    bins = {name: ensure(name, progress) for name in names}
+    if envtest is None:
+        envtest = (bins["etcd"] / "etcd", bins["kubernetes"] / "kube-apiserver", bins["kubernetes"] / "kubectl")
+    etcd, apiserver, kubectl = envtest
     return Toolchain(
         etcd=etcd,
         kube_apiserver=apiserver,
         kubectl=kubectl,
-        kube_controller_manager=ensure("kube-controller-manager") / "kube-controller-manager",
-        helm=ensure("helm") / "helm",
-        registry=ensure("registry") / "registry",
-        apiserver_adapter=ensure("apiserver-adapter") / "apiserver_receive_adapter",
+        kube_controller_manager=bins["kube-controller-manager"] / "kube-controller-manager",
+        helm=bins["helm"] / "helm",
+        registry=bins["registry"] / "registry",
+        apiserver_adapter=bins["apiserver-adapter"] / "apiserver_receive_adapter",
+        knative=bins["knative-eventing"],
+        knative_config=bins["knative-eventing"].parent / "config",
     )
 
 
