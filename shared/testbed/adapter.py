@@ -86,6 +86,29 @@ class AdapterConfig:
         if not self.all_namespaces and not self.namespaces:
             raise ValueError("give namespaces, or all_namespaces=True")
 
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> AdapterConfig:
+        """What a Deployment made by Knative's ApiServerSource controller configures (its env)."""
+        source = json.loads(env["K_SOURCE_CONFIG"])
+        resources = tuple(
+            WatchedResource(
+                group=r["gvr"].get("Group", ""),
+                version=r["gvr"]["Version"],
+                resource=r["gvr"]["Resource"],
+                selector=r.get("selector") or "",
+            )
+            for r in source["resources"]
+        )
+        return cls(
+            sink=env.get("K_SINK", ""),
+            resources=resources,
+            namespaces=tuple(source.get("namespaces") or ()),
+            all_namespaces=bool(source.get("allNamespaces")),
+            mode=source.get("mode", MODE_RESOURCE),
+            name=env.get("NAME", "apiserversource"),
+            namespace=env.get("NAMESPACE", "kubeopera-system"),
+        )
+
     def source_config(self) -> dict[str, Any]:
         """The ``K_SOURCE_CONFIG`` document."""
         return {

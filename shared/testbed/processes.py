@@ -137,6 +137,7 @@ class HttpProbe:
     insecure: bool = False
     ok_statuses: frozenset[int] = frozenset({200})
     request_timeout: float = 2.0
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def ready(self, process: ManagedProcess) -> bool:
         verify: bool | str = False if self.insecure else (str(self.ca_file) if self.ca_file else True)
@@ -144,7 +145,9 @@ class HttpProbe:
         try:
             with warnings_silenced(), requests.Session() as session:
                 session.trust_env = False  # never through an HTTP(S)_PROXY: we probe loopback
-                response = session.get(self.url, verify=verify, cert=cert, timeout=self.request_timeout)
+                response = session.get(
+                    self.url, headers=dict(self.headers), verify=verify, cert=cert, timeout=self.request_timeout
+                )
         except requests.RequestException:
             return False
         return response.status_code in self.ok_statuses
@@ -240,6 +243,15 @@ class ManagedProcess:
             # Anything the leader forked and left in its group goes too.
             if _group_has_members(self.pgid):
                 _signal_group(self.pgid, signal.SIGKILL)
+            return self.popen.returncode
+
+
+    def kill(self) -> int | None:
+        """SIGKILL the group at once, as a node losing the pod would; return the exit code."""
+        with self._lock:
+            if self.popen.returncode is None:
+                _signal_group(self.pgid, signal.SIGKILL)
+                self.popen.wait(timeout=30)
             return self.popen.returncode
 
 

@@ -1,0 +1,162 @@
+"""What Knative's broker delivered to the functions, read off the wire by the service proxy.
+
+Every delivery Knative's ``mt-broker-filter`` makes to a Trigger's subscriber or dead-letter sink
+crosses the service proxy (:mod:`shared.testbed.service_proxy`) on its way to the function's
+process. :class:`BrokerWatch` turns those hops into :class:`Delivery` records (which Trigger,
+which event, what the function answered) and answers the question the tests and the live view
+ask: is the broker idle, nothing in flight and no retry still to come?
+
+A retry is still to come when a Trigger's last attempt for an event was answered with a status
+Knative retries (5xx, 404, 408, 409, 429; ``pkg/kncloudevents/retries.go``), fewer attempts than
+``1 + delivery.retry`` were made, no dead-letter delivery for it followed, and the broker's data
+plane was not restarted since (the in-memory broker forgets the retries it held).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from shared.testbed.service_proxy import Hop, ServiceProxy
+
+RETRYABLE = frozenset({404, 408, 409, 429})
+QUIET_SECONDS = 1.0  # between the ingress's 202 and the channel's fan-out, nothing is in flight
+
+
+def retryable(status: int) -> bool:
+    return status >= 500 or status in RETRYABLE
+
+
+@dataclass(frozen=True)
+class Route:
+    """One Trigger as the broker sees it: its subscriber, its dead-letter sink, its retries."""
+
+    trigger: str
+    subscriber: str  # Knative Service name
+    dead_letter: str | None
+    retries: int
+
+    @classmethod
+    def from_trigger(cls, doc: Mapping[str, Any], broker_delivery: Mapping[str, Any]) -> Route:
+        spec = doc["spec"]
+        delivery = spec.get("delivery") or broker_delivery
+        sink = (delivery.get("deadLetterSink") or {}).get("ref", {}).get("name")
+        return cls(doc["metadata"]["name"], spec["subscriber"]["ref"]["name"], sink, int(delivery.get("retry", 0)))
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One HTTP delivery by the broker to a function."""
+
+    time: float  # when it started (time.time())
+    finished: float
+    trigger: str
+    target: Literal["subscriber", "dead-letter"]
+    service: str
+    event_id: str
+    type: str
+    subject: str | None
+    status: int
+    retry_after: str | None
+    reply_type: str | None  # the CloudEvent the function answered with
+    error_code: str | None = None  # dead letters: knativeerrorcode
+
+    @property
+    def outcome(self) -> str:
+        if self.target == "dead-letter":
+            return "dead-lettered"
+        if 200 <= self.status < 300:
+            return "replied" if self.reply_type else "delivered"
+        return "retrying" if retryable(self.status) else "gave-up"
+
+
+class BrokerWatch:
+    """Deliveries to the functions of ``namespace``, from the proxy's hops."""
+
+    def __init__(self, proxy: ServiceProxy, namespace: str, routes: Iterable[Route]) -> None:
+        self.proxy = proxy
+        self.namespace = namespace
+        self.routes = {route.trigger: route for route in routes}
+        by_service: dict[str, str] = {}
+        for route in self.routes.values():
+            if route.subscriber in by_service:
+                raise ValueError(
+                    f"Knative Service {route.subscriber} subscribes to two Triggers: "
+                    f"{by_service[route.subscriber]} and {route.trigger}"
+                )
+            by_service[route.subscriber] = route.trigger
+        self._trigger_of = by_service
+        self._sinks = {route.dead_letter for route in self.routes.values() if route.dead_letter}
+        self._restarted_at = 0.0
+
+    def data_plane_restarted(self, at: float) -> None:
+        """The broker's data plane was restarted at ``at`` (time.time()): the retries it held are gone."""
+        self._restarted_at = max(self._restarted_at, at)
+
+    def _delivery(self, hop: Hop) -> Delivery | None:
+        if hop.namespace != self.namespace or hop.method != "POST" or hop.ce("id") is None:
+            return None
+        if hop.service in self._trigger_of:
+            trigger, target = self._trigger_of[hop.service], "subscriber"
+        elif hop.service in self._sinks:
+            failed = urlsplit(hop.request.get("ce-knativeerrordest", "")).hostname or ""
+            trigger = self._trigger_of.get(failed.split(".", 1)[0], "")
+            target = "dead-letter"
+        else:
+            return None
+        return Delivery(
+            time=hop.started,
+            finished=hop.finished,
+            trigger=trigger,
+            target=target,  # type: ignore[arg-type]  # one of the two literals above
+            service=hop.service,
+            event_id=hop.ce("id") or "",
+            type=hop.ce("type") or "",
+            subject=hop.ce("subject"),
+            status=hop.status,
+            retry_after=hop.response.get("retry-after"),
+            reply_type=hop.response.get("ce-type"),
+            error_code=hop.request.get("ce-knativeerrorcode"),
+        )
+
+    def deliveries(self) -> list[Delivery]:
+        """Every delivery to a function so far, in the order they were answered."""
+        return [d for d in map(self._delivery, self.proxy.hops()) if d is not None]
+
+    def pending(self) -> list[tuple[str, str]]:
+        """(trigger, event id) pairs whose next retry is still to come."""
+        attempts: dict[tuple[str, str], list[Delivery]] = {}
+        dead: set[tuple[str, str]] = set()
+        for delivery in self.deliveries():
+            key = (delivery.trigger, delivery.event_id)
+            if delivery.target == "dead-letter":
+                dead.add(key)
+            else:
+                attempts.setdefault(key, []).append(delivery)
+        return [
+            key
+            for key, tries in attempts.items()
+            if retryable(tries[-1].status)
+            and key not in dead
+            and len(tries) <= self.routes[key[0]].retries
+            and tries[-1].finished > self._restarted_at  # else the filter that would retry it is gone
+        ]
+
+    def idle(self) -> bool:
+        return (
+            self.proxy.in_flight() == 0
+            and time.time() - self.proxy.quiet_since() >= QUIET_SECONDS
+            and not self.pending()
+        )
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until nothing is in flight and no retry is to come; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.idle():
+                return True
+            time.sleep(0.1)
+        return self.idle()
