@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for quiet in ("werkzeug", "shared.local.broker"):
+    for quiet in ("werkzeug", "shared.testbed.kubelet_standin"):
         logging.getLogger(quiet).setLevel(logging.ERROR)
     options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1)
     with start_stack(options) as stack:
@@ -162,6 +162,11 @@ def main() -> int:
             for proc in stack.supervisor.processes
             if (service := proc.name) in stack.function_urls
         }
+        knative = {
+            proc.name: rss_mib(proc.pid)
+            for proc in stack.supervisor.processes
+            if proc.name in stack.eventing.processes or proc.name.startswith("pod-")
+        }
     print(f"\n| what ({args.runs} runs) | median s | min s | max s |")
     print("|---|---:|---:|---:|")
     for name, samples in results:
@@ -170,6 +175,11 @@ def main() -> int:
     print("|---|---:|")
     for service, mib in sorted(memory.items()):
         print(f"| {service} | {mib:.1f} |")
+    print("\n| Knative process (host process; pod-* are the sources' adapters) | RSS MiB |")
+    print("|---|---:|")
+    for name, mib in sorted(knative.items()):
+        print(f"| {name} | {mib:.1f} |")
+    print(f"| total | {sum(knative.values()):.1f} |")
     return 0
 
 

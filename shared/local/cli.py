@@ -89,10 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     local = sub.add_parser(
         "local",
         help="run the whole pipeline on an embedded control plane and provision the example Tenant",
-        description="Start an embedded control plane, the chart registry, the real Knative ApiServerSource "
-        "adapter, the local broker with the Triggers from eventing/, each function under gunicorn, the vCluster "
-        "stand-in and the kubeopera-api stand-in; create the example Tenant and show its progress. Ctrl-C stops "
-        "everything.",
+        description="Start an embedded control plane, the chart registry, Knative Eventing (its controllers and "
+        "its broker) with the Broker, Triggers and sources of eventing/, each function under gunicorn, the vCluster "
+        "stand-in and the kubeopera-api stand-in; create the example Tenant and show its progress, each delivery "
+        "of the broker included. Ctrl-C stops everything.",
     )
     local.add_argument(
         "--kubeconfig-out",
@@ -114,21 +114,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="how long the vCluster stand-in takes to write its Secret (default 20)",
     )
-    local.add_argument(
-        "--kubeconfig",
-        type=Path,
-        metavar="PATH",
-        help="use this existing cluster instead of the embedded control plane (then no vCluster stand-in runs)",
-    )
-    local.add_argument(
-        "--resync-seconds",
-        type=float,
-        default=300.0,
-        metavar="N",
-        help="send the resync tick every N seconds, as the PingSource in eventing/ does (default 300, its "
-        "schedule), and once at start; 0 turns it off",
-    )
-
     for name, text in (
         ("status", "list Tenants with phase, vCluster, age and the last message"),
         ("retry", "patch a Failed Tenant's phase to Pending so it is provisioned again"),
@@ -154,8 +139,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 kubeopera_api_url=args.kubeopera_api_url,
                 create_example=not args.no_example,
                 vcluster_boot_seconds=args.vcluster_boot_seconds,
-                kubeconfig=args.kubeconfig,
-                resync_seconds=args.resync_seconds,
             )
         )
     try:

@@ -2,7 +2,9 @@
 
 Starts everything ``shared.local.stack`` describes, optionally writes the admin kubeconfig,
 creates the example Tenant (``alice-default``, as in the original operator's documentation) and
-prints, as they happen, each phase change with its time and each step the broker delivers. At
+prints, as they happen, each phase change with its time and each delivery Knative's broker makes
+to a function (read off the wire by the test bed's service proxy: what the broker's filter sent
+and what the function answered). At
 Ready it says how long it took, where the kubeconfig Secret is and what kubeopera-api received.
 It keeps watching every Tenant until Ctrl-C (or SIGTERM), then stops all it started and removes
 its temporary folder.
@@ -25,6 +27,7 @@ from shared.errors import TenantError
 from shared.kube import Kube
 from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from shared.tenant import Phase, Tenant
+from shared.testbed.broker_watch import Delivery
 
 EXAMPLE = ("deploy", "examples", "alice-default.yaml")
 NEW_TENANT_HINT = """\
@@ -47,8 +50,6 @@ class LocalOptions:
     kubeopera_api_url: str | None = None
     create_example: bool = True
     vcluster_boot_seconds: float = 20.0
-    kubeconfig: Path | None = None
-    resync_seconds: float = 300.0
 
 
 @dataclass
@@ -72,15 +73,13 @@ def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # The live view below is the output; library logs only when something is wrong.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for quiet in ("werkzeug", "shared.local.broker"):
+    for quiet in ("werkzeug", "shared.testbed.kubelet_standin"):
         logging.getLogger(quiet).setLevel(logging.ERROR)
     print("kubeopera-tenants local: starting the pipeline (a cold first run builds the tools)...", file=out, flush=True)
     stack_options = StackOptions(
         kubeopera_api_url=options.kubeopera_api_url,
         api_token=os.environ.get("INTERNAL_SERVICE_TOKEN", ""),
         vcluster_boot_seconds=options.vcluster_boot_seconds,
-        kubeconfig=options.kubeconfig,
-        resync_seconds=options.resync_seconds,
     )
     try:
         with start_stack(stack_options) as stack:
@@ -102,7 +101,12 @@ def _serve(stack: Stack, options: LocalOptions, out: TextIO) -> None:
         shutil.copyfile(stack.admin_kubeconfig, options.kubeconfig_out)
         os.chmod(options.kubeconfig_out, 0o600)
         kubeconfig = options.kubeconfig_out
-    _say(out, watch, "ready: control plane, registry, broker, functions and the ApiServerSource adapter are up")
+    _say(
+        out,
+        watch,
+        "ready: control plane, registry, Knative Eventing and its broker, the functions and the "
+        "ApiServerSource adapter are up",
+    )
     print(
         f"\nUse kubectl against it:\n  export KUBECONFIG={kubeconfig}\n  kubectl get kt -n {TENANT_NAMESPACE}\n"
         f"  kubeopera-tenants status --kubeconfig {kubeconfig}\n"
@@ -124,15 +128,10 @@ def _serve(stack: Stack, options: LocalOptions, out: TextIO) -> None:
 
 
 def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO) -> None:
-    attempts = stack.broker.deliveries()
-    for attempt in attempts[watch.deliveries_seen :]:
-        subject = (attempt.subject or "").rsplit("/", 1)[-1]
-        outcome = f"{attempt.status}" if attempt.status is not None else f"no answer ({attempt.error})"
-        later = f", next try in {attempt.next_delay:g}s" if attempt.next_delay is not None else ""
-        _say(
-            out, watch, f"{subject}: {attempt.trigger.removeprefix('tenant-')} -> {outcome} ({attempt.outcome}{later})"
-        )
-    watch.deliveries_seen = len(attempts)
+    deliveries = stack.watch.deliveries()
+    for delivery in deliveries[watch.deliveries_seen :]:
+        _say(out, watch, describe(delivery))
+    watch.deliveries_seen = len(deliveries)
     for obj in kube.list_tenant_objects(TENANT_NAMESPACE):
         try:
             tenant = Tenant.from_object(obj)
@@ -147,6 +146,22 @@ def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO) -> None:
         if tenant.status.phase == Phase.READY and tenant.name not in watch.announced:
             watch.announced.add(tenant.name)
             _announce(stack, tenant, time.monotonic() - watch.created[tenant.name], out)
+
+
+def describe(delivery: Delivery) -> str:
+    """One line for a delivery: whose, to which function, what came back."""
+    subject = (delivery.subject or delivery.type).rsplit("/", 1)[-1]
+    step = delivery.service.removeprefix("tenant-")
+    if delivery.target == "dead-letter":
+        return (
+            f"{subject}: dead-lettered from {delivery.trigger.removeprefix('tenant-')} to {step} -> {delivery.status}"
+        )
+    answer = f"{delivery.status}"
+    if delivery.reply_type:
+        answer += f", replied {delivery.reply_type}"
+    if delivery.outcome == "retrying":
+        answer += f", the broker retries in {delivery.retry_after}s" if delivery.retry_after else ", the broker retries"
+    return f"{subject}: {step} <- {delivery.type}: {answer}"
 
 
 def _announce(stack: Stack, tenant: Tenant, took: float, out: TextIO) -> None:

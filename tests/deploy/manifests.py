@@ -21,6 +21,7 @@ FUNCTIONS = REPO / "functions"
 OVERLAYS = ("dev", "prod")
 CONFIG_FEATURES_PATCH = EVENTING / "config-features-patch.yaml"
 WITHOUT_RETRYAFTER = EVENTING / "without-retryafter"
+KAFKA_BROKER = EVENTING / "kafka-broker"
 DOCKERFILE = REPO / "Dockerfile"
 
 # The fixed contract: Python module -> Knative Service (-> Trigger of the same name, but for the
@@ -59,12 +60,16 @@ def kustomize(kubectl: Path, folder: Path) -> str:
 def render_without_retryafter(kubectl: Path, workdir: Path) -> str:
     """The prod overlay with the eventing/without-retryafter Component, as a cluster without
     Knative's delivery-retryafter flag would use it (kustomize wants relative paths)."""
+    return render_prod_with(kubectl, workdir, WITHOUT_RETRYAFTER)
+
+
+def render_prod_with(kubectl: Path, workdir: Path, component: Path) -> str:
+    """The prod overlay with one of eventing/'s kustomize Components."""
     workdir.mkdir(parents=True, exist_ok=True)
     prod = os.path.relpath(DEPLOY / "overlays" / "prod", workdir)
-    component = os.path.relpath(WITHOUT_RETRYAFTER, workdir)
     (workdir / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources:\n  - {prod}\ncomponents:\n  - {component}\n"
+        f"resources:\n  - {prod}\ncomponents:\n  - {os.path.relpath(component, workdir)}\n"
     )
     return kustomize(kubectl, workdir)
 

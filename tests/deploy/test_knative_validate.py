@@ -15,11 +15,13 @@ from .manifests import (
     CONFIG_FEATURES_PATCH,
     DEPLOY,
     EVENTING,
+    KAFKA_BROKER,
     OVERLAYS,
     SERVICES,
     TRIGGERS,
     documents,
     file_documents,
+    render_prod_with,
     render_without_retryafter,
     run_checker,
 )
@@ -60,6 +62,21 @@ def test_fallback_without_the_feature_passes_without_it(knative_check: Path, kub
     proc = run_checker(knative_check, "-", stdin=render_without_retryafter(kubectl, tmp_path / "overlay"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(_ok_lines(proc.stdout)) == RENDERED_OBJECTS
+
+
+def test_the_kafka_broker_component_selects_the_kafka_class(knative_check: Path, kubectl: Path, tmp_path: Path) -> None:
+    rendered = render_prod_with(kubectl, tmp_path / "overlay", KAFKA_BROKER)
+    proc = run_checker(knative_check, CONFIG_FEATURES_PATCH, "-", stdin=rendered)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (broker,) = [d for d in documents(rendered) if d["kind"] == "Broker"]
+    assert broker["metadata"]["annotations"]["eventing.knative.dev/broker.class"] == "Kafka"
+    assert broker["spec"]["config"] == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "kafka-broker-config",
+        "namespace": "knative-eventing",
+    }
+    assert broker["spec"]["delivery"]["deadLetterSink"]["ref"]["name"] == "tenant-dead-letter"
 
 
 def _write(path: Path, doc: dict[str, object]) -> Path:

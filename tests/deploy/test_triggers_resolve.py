@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from shared.local.broker import load_triggers
+from shared.local.stack import routes
 
 from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, FUNCTIONS, TRIGGERS, file_documents, objects_of
 
@@ -105,7 +106,12 @@ def test_a_trigger_naming_a_missing_function_fails(tmp_path: Path) -> None:
     assert "defines no create_app()" in (unresolved(to_install, services, empty_functions) or "")
 
 
-def test_local_broker_loads_exactly_the_trigger_files() -> None:
-    loaded = load_triggers(EVENTING)
-    assert sorted(t.name for t in loaded) == sorted(p.stem for p in TRIGGER_FILES)
-    assert {t.source for t in loaded} == {str(p) for p in TRIGGER_FILES}
+def test_the_test_bed_routes_by_exactly_the_trigger_files() -> None:
+    """The test bed reads each Trigger's subscriber, dead-letter sink and retries from these files."""
+    docs = [yaml.safe_load(path.read_text()) for path in TRIGGER_FILES]
+    broker = yaml.safe_load((EVENTING / "broker.yaml").read_text())
+    found = routes([broker, *docs])
+    assert sorted(r.trigger for r in found) == sorted(p.stem for p in TRIGGER_FILES)
+    assert {r.trigger: r.subscriber for r in found} == {p.stem: p.stem for p in TRIGGER_FILES}
+    check_ready = next(r for r in found if r.trigger == "tenant-check-ready")
+    assert (check_ready.dead_letter, check_ready.retries) == ("tenant-dead-letter", 44)

@@ -1,11 +1,11 @@
 """Nothing stays stuck: each fault injected for real, and every Tenant converges.
 
-Faults come from stopping or killing real processes (the ApiServerSource adapter, the broker,
-helm, a gunicorn worker), deleting real objects, or the kubeopera-api stand-in answering badly;
-nothing is patched in the code under test. Recovery comes from the product itself: the broker's
-re-deliveries, install's recovery of stuck helm releases and its Lease, and resync, whose
-PingSource tick the test sends when it wants one (``pipeline.ticker.tick()``), as the PingSource
-would on its schedule.
+Faults come from stopping or killing real processes (the ApiServerSource adapter's pod, Knative's
+broker data plane, helm, a gunicorn worker), deleting real objects, or the kubeopera-api stand-in
+answering badly; nothing is patched in the code under test. Recovery comes from the product
+itself: Knative's re-deliveries, install's recovery of stuck helm releases and its Lease, and
+resync, whose PingSource event the test sends when it wants one (``pipeline.tick()``), as the
+PingSource would on its schedule (every 5 minutes: too slow to wait for).
 
 Each test prints one line for the fault table (what the Tenant ended as, in how long); run with
 ``-s`` to see them. The last test deletes every Tenant and checks nothing was left behind.
@@ -25,10 +25,9 @@ import pytest
 import requests
 
 from shared.kube import Kube
-from shared.local.broker import Broker, load_triggers
-from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
+from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from shared.tenant import Tenant
-from shared.testbed.adapter import AdapterReadyProbe
+from shared.testbed.broker_watch import Delivery
 from shared.testbed.processes import run
 
 from .rbac_usage import unused_rules
@@ -47,22 +46,12 @@ def pipeline() -> Iterator[Stack]:
         vcluster_boot_seconds=2,
         ready_poll_seconds=1,
         cleanup_poll_seconds=1,
-        resync_seconds=3600,  # one tick at start; the tests tick when they want one
         stuck_release_seconds=STUCK_SECONDS,
         provision_timeout_seconds=TIMEOUT_SECONDS,
         vcluster_never_boot=r"vc-stuck-.*",
     )
     with start_stack(options) as stack:
         yield stack
-
-
-@pytest.fixture(scope="module")
-def brokers(pipeline: Stack) -> Iterator[list[Broker]]:
-    """The broker now serving the stack's address: the stack's own, until a test restarts it."""
-    serving = [pipeline.broker]
-    yield serving
-    for broker in serving[1:]:
-        broker.stop()
 
 
 def cs(n: int) -> str:
@@ -82,8 +71,16 @@ def report(fault: str, tenant: Tenant, started: float) -> None:
 
 
 def tick(pipeline: Stack) -> None:
-    assert pipeline.ticker is not None
-    pipeline.ticker.tick()
+    pipeline.tick()
+
+
+def polls_of(pipeline: Stack, name: str) -> list[Delivery]:
+    """check-ready's deliveries for the Tenant ``name``, as Knative's broker made them."""
+    return [
+        d
+        for d in pipeline.watch.deliveries()
+        if d.trigger == "tenant-check-ready" and d.target == "subscriber" and (d.subject or "").endswith(f"/{name}")
+    ]
 
 
 def history(pipeline: Stack, release: str) -> list[tuple[int, str]]:
@@ -145,21 +142,16 @@ def kill_midway(kube: Kube, release: str, status: str, kill_worker: bool = False
 
 @pytest.fixture
 def adapter_down(pipeline: Stack) -> Iterator[None]:
-    """The ApiServerSource adapter stopped for the test's first part; ``start()`` brings it back."""
-    assert pipeline.adapter is not None
-    for process in pipeline.supervisor.processes:  # the stack's own, or one a test started again
-        if process.name == pipeline.adapter.process.name:
-            pipeline.supervisor.stop(process)
+    """The ApiServerSource's pod gone for the test's first part (its Deployment, made by Knative's
+    controller, stays); ``start_adapter_again`` brings it back."""
+    pipeline.stop_adapter()
     yield
-    if not any(p.name == pipeline.adapter.process.name and p.running() for p in pipeline.supervisor.processes):
+    if pipeline.kubelet.held():
         start_adapter_again(pipeline)
 
 
 def start_adapter_again(pipeline: Stack) -> None:
-    assert pipeline.adapter is not None
-    pipeline.supervisor.start(
-        pipeline.adapter.process.spec, AdapterReadyProbe(pipeline.adapter.config), ready_timeout=60
-    )
+    pipeline.start_adapter()
 
 
 # -- the fault table --------------------------------------------------------------------------
@@ -179,19 +171,20 @@ def test_adapter_down_while_a_tenant_is_created(pipeline: Stack, kube: Kube, ada
     report("adapter down while a Tenant is created", ready(kube, "fa-adapter"), started)
 
 
-def test_broker_restarted_mid_chain(pipeline: Stack, kube: Kube, brokers: list[Broker]) -> None:
+def test_broker_restarted_mid_chain(pipeline: Stack, kube: Kube) -> None:
+    """Knative's MTChannelBasedBroker on the InMemoryChannel keeps in-flight events in memory: a
+    restart of its data plane (ingress, filter, channel dispatcher) loses check-ready's next poll.
+    Resync is what finds the Tenant again (docs/deploy.md: a durable broker class avoids the loss)."""
     started = time.monotonic()
-    old = brokers[-1]
-    port = int(old.url.split(":")[2].split("/")[0])
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-broker", cs(2)))
     wait_for("fa-broker Provisioning", lambda: phase_of(kube, "fa-broker", "Provisioning"), timeout=60)
-    old.stop()  # what it held (check-ready's next poll) is gone
-    fresh = Broker(load_triggers(project_path("eventing", "triggers")), resolve=pipeline.function_urls.get)
-    fresh.start(port=port)  # the same address: the adapter and resync's K_SINK find it
-    brokers.append(fresh)
+    # At once after the first poll (503, Retry-After 1 s): the filter holds its retry.
+    wait_for("check-ready's first poll", lambda: polls_of(pipeline, "fa-broker"), timeout=30, interval=0.01)
+    pipeline.restart_broker()  # killed: the retry it held is gone
+    restarted = time.time()
     time.sleep(5)  # the vCluster has booted meanwhile, but nobody asks
     assert phase_of(kube, "fa-broker", "Provisioning") is not None, "the chain was lost with the broker"
-    assert [a for a in fresh.deliveries() if "fa-broker" in (a.subject or "")] == [], "nothing to re-deliver"
+    assert [d for d in polls_of(pipeline, "fa-broker") if d.time > restarted] == [], "nothing is re-delivered"
     tick(pipeline)
     report("broker restarted mid-chain", ready(kube, "fa-broker"), started)
 
@@ -340,18 +333,14 @@ def test_kubeopera_api_down_then_up(pipeline: Stack, kube: Kube) -> None:
     report("kubeopera-api down, then up", tenant, started)
 
 
-def test_a_lost_chain_past_the_timeout_is_failed_by_resync(pipeline: Stack, kube: Kube, brokers: list[Broker]) -> None:
+def test_a_lost_chain_past_the_timeout_is_failed_by_resync(pipeline: Stack, kube: Kube) -> None:
     """The vCluster never boots and the chain is lost with a restarted broker: nobody polls, so
     only resync sees the timeout pass."""
     started = time.monotonic()
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("stuck-lost", cs(7)))
     wait_for("stuck-lost Provisioning", lambda: phase_of(kube, "stuck-lost", "Provisioning"), timeout=60)
-    old = brokers[-1]
-    port = int(old.url.split(":")[2].split("/")[0])
-    old.stop()
-    fresh = Broker(load_triggers(project_path("eventing", "triggers")), resolve=pipeline.function_urls.get)
-    fresh.start(port=port)
-    brokers.append(fresh)
+    wait_for("check-ready's first poll", lambda: polls_of(pipeline, "stuck-lost"), timeout=30, interval=0.01)
+    pipeline.restart_broker()
     time.sleep(TIMEOUT_SECONDS + 2)
     assert phase_of(kube, "stuck-lost", "Provisioning") is not None, "nothing polled it"
     tick(pipeline)
@@ -369,10 +358,10 @@ def test_resyncs_rbac_rules_are_all_used(pipeline: Stack) -> None:
     assert unused_rules(pipeline.control_plane.audit_log, ["tenant-resync"], fold_required=False) == {}
 
 
-def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube, brokers: list[Broker]) -> None:
+def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube) -> None:
     """With every Tenant Ready and nothing drifted, a resync pass only reads."""
     assert pipeline.control_plane is not None
-    assert brokers[-1].wait_idle(60)
+    assert pipeline.watch.wait_idle(60)
     audit = pipeline.control_plane.audit_log
     mark = len(audit.read_text().splitlines())
     tick(pipeline)

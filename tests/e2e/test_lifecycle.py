@@ -75,7 +75,7 @@ def delete_and_wait_gone(pipeline: Stack, kube: Kube, name: str, timeout: float 
 
 def settled(pipeline: Stack) -> None:
     """Wait until the broker has nothing in flight (polls included)."""
-    assert pipeline.broker.wait_idle(60), "the broker still had deliveries in flight"
+    assert pipeline.watch.wait_idle(60), "the broker still had deliveries in flight"
 
 
 def snapshot(pipeline: Stack, tenant_name: str, cloud_space_id: str) -> dict[str, Any]:
@@ -276,14 +276,15 @@ def test_a_tenant_that_never_boots_fails_at_its_timeout_not_by_dead_letter(pipel
     assert "waiting for StatefulSet vcluster-stuck-jo/vc-stuck-jo to roll out generation 1" in failed.status.message
     ready = failed.status.condition("Ready")
     assert ready is not None and ready.reason == "ProvisionTimeout"
+    assert pipeline.watch.wait_idle(60)  # a delivery is recorded once its answer went back
     polls = [
         a
-        for a in pipeline.broker.deliveries()
+        for a in pipeline.watch.deliveries()
         if a.trigger == "tenant-check-ready" and a.target != "dead-letter" and "stuck-jo" in (a.subject or "")
     ]
     assert len(polls) >= TIMEOUT_SECONDS // 2 - 2, "check-ready polled every 2 s"
     assert polls[-1].status == 422
-    dead = [a for a in pipeline.broker.deliveries() if a.target == "dead-letter" and "stuck-jo" in (a.subject or "")]
+    dead = [a for a in pipeline.watch.deliveries() if a.target == "dead-letter" and "stuck-jo" in (a.subject or "")]
     # The 422 is dead-lettered as every permanent failure is, but the Tenant was already Failed
     # with the timeout's own message and the dead letter changed nothing.
     assert all(a.status == 204 for a in dead)
@@ -351,6 +352,12 @@ def test_install_failing_in_helm_is_dead_lettered_to_failed(pipeline: Stack, kub
     assert "could not be delivered to tenant-install" in failed.status.message
     assert "exists" in failed.status.message
     assert reasons(pipeline, "lee")[-1] == "DeliveryFailed"
+    # Knative's filter gave up and sent the event to the Trigger's dead-letter sink with its own
+    # knativeerror* extensions: the Trigger whose delivery failed and the status it last got.
+    assert pipeline.watch.wait_idle(60)  # a delivery is recorded once its answer went back
+    dead = [d for d in pipeline.watch.deliveries() if d.target == "dead-letter" and (d.subject or "").endswith("/lee")]
+    assert dead and dead[-1].trigger == "tenant-install" and dead[-1].status == 204
+    assert dead[-1].error_code is not None and dead[-1].error_code.isdigit(), dead[-1]
 
 
 def test_the_stuck_release_tenant_is_cleaned_even_after_failing(pipeline: Stack, kube: Kube) -> None:

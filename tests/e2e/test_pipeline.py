@@ -1,7 +1,8 @@
 """The Tenant pipeline end to end, on real parts.
 
-A real kube-apiserver and etcd, the real Knative ApiServerSource adapter posting to the local
-broker (routing by ``eventing/triggers``), the five functions under gunicorn as separate
+A real kube-apiserver and etcd, Knative Eventing's own broker routing by the Triggers of
+``eventing/`` (applied unchanged), the real ApiServerSource adapter as Knative's controller
+configured it, the functions under gunicorn as separate
 processes, each with its own ServiceAccount's token and the RBAC from ``deploy/``, real helm
 installing the chart from a real OCI registry; the vCluster and kubeopera-api are the two
 stand-ins. The vCluster boots in 20 s and check-ready polls every 15 s, as in production.
@@ -10,8 +11,10 @@ stand-ins. The vCluster boots in 20 s and check-ready polls every 15 s, as in pr
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pytest
 import requests
@@ -19,7 +22,7 @@ import yaml
 
 from shared.kube import Kube
 from shared.local.cli import main as cli_main
-from shared.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from shared.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from shared.tenant import Tenant
 from shared.values import vcluster_values
 
@@ -106,13 +109,13 @@ def test_example_tenant_ends_ready_with_everything_the_operator_did(pipeline: St
 def test_readiness_poll_waits_15s_between_checks(pipeline: Stack, alice: Tenant) -> None:
     checks = [
         a
-        for a in pipeline.broker.deliveries()
+        for a in pipeline.watch.deliveries()
         if a.trigger == "tenant-check-ready" and (a.subject or "").endswith("/alice-default")
     ]
     statuses = [a.status for a in checks]
     # Booting takes 20 s: answered 503 at 0 s and 15 s, ready at 30 s.
     assert statuses == [503, 503, 200], statuses
-    times = [a.clock for a in checks]
+    times = [a.time for a in checks]
     gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
     # Behaviour, not speed: each re-delivery waited for the Retry-After (it is not an immediate
     # retry, nor an exponential backoff that doubles). The range is wide on purpose, so a loaded
@@ -127,13 +130,13 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
     secret_before = json.loads(
         pipeline.kubectl("get", "secret", alice.status.kubeconfig_secret, "-n", TENANT_NAMESPACE, "-o", "json")
     )
-    attempts_before = len(pipeline.broker.deliveries())
+    attempts_before = len(pipeline.watch.deliveries())
     pipeline.kubectl("apply", "-f", "deploy/examples/alice-default.yaml")
     # A metadata-only change makes the ApiServerSource send an update for the same generation,
     # and a duplicated ready event replays store-kubeconfig and notify-api.
     pipeline.kubectl("annotate", "kt", "alice-default", "-n", TENANT_NAMESPACE, "example.com/touched=yes")
     requests.post(
-        pipeline.broker.url,
+        pipeline.ingress_url,
         headers={
             "ce-specversion": "1.0",
             "ce-id": "dup-1",
@@ -146,9 +149,9 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
     ).raise_for_status()
     wait_for(
         "the duplicate to reach notify-api",
-        lambda: [a for a in pipeline.broker.deliveries()[attempts_before:] if a.trigger == "tenant-notify-api"],
+        lambda: [a for a in pipeline.watch.deliveries()[attempts_before:] if a.trigger == "tenant-notify-api"],
     )
-    assert pipeline.broker.wait_idle(30)
+    assert pipeline.watch.wait_idle(30)
     history = helm(pipeline, "history", "vc-alice-default", "-n", "vcluster-alice-default")
     assert len(history) == 1
     assert len(pipeline.api.requests()) == calls_before
@@ -158,9 +161,9 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
     assert secret_after["metadata"]["resourceVersion"] == secret_before["metadata"]["resourceVersion"]
     again = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
     assert again is not None and again.status.phase is not None and again.status.phase.value == "Ready"
-    new = pipeline.broker.deliveries()[attempts_before:]
+    new = pipeline.watch.deliveries()[attempts_before:]
     assert {a.trigger for a in new} >= {"tenant-install", "tenant-store-kubeconfig", "tenant-notify-api"}
-    assert all(a.status in (200, 204) for a in new), [a.to_dict() for a in new]
+    assert all(a.status in (200, 204) for a in new), [asdict(a) for a in new]
 
 
 @pytest.mark.parametrize(
@@ -317,7 +320,8 @@ def test_failure_is_dead_lettered_to_failed_and_retry_provisions_it(
     failed = wait_for(f"{name} Failed", lambda: phase_of(kube, name, "Failed"), timeout=120)
     assert "could not be delivered to tenant-install" in failed.status.message
     assert "exists" in failed.status.message
-    dead = [a for a in pipeline.broker.deliveries() if a.target == "dead-letter" and name in (a.subject or "")]
+    assert pipeline.watch.wait_idle(60)  # a delivery is recorded once its answer went back
+    dead = [a for a in pipeline.watch.deliveries() if a.target == "dead-letter" and name in (a.subject or "")]
     assert dead and dead[-1].status == 204
 
     kubeconfig = str(pipeline.admin_kubeconfig)
@@ -362,3 +366,36 @@ def test_quota_change_upgrades_the_release_and_settles_ready_again(pipeline: Sta
         "limits": {"cpu": "3", "memory": "6Gi"},
     }
     assert len(pipeline.api.requests()) == calls_before + 1
+
+
+def test_the_triggers_of_eventing_are_what_routes_events(pipeline: Stack, kube: Kube, alice: Tenant) -> None:
+    """Knative's broker routes by the Trigger objects applied from eventing/: with tenant-notify-api's
+    filter changed (in a copy of its file) the event it wants never reaches it, so the Tenant stops
+    short of Ready with its kubeconfig stored; with the file applied again, a resync pass re-sends
+    the step and it arrives."""
+    name, cs_id = "nina-routed", "6b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"
+    path = project_path("eventing", "triggers", "tenant-notify-api.yaml")
+    changed = copy.deepcopy(yaml.safe_load(path.read_text()))
+    changed["spec"]["filters"] = [{"exact": {"type": "io.kubeopera.tenant.kubeconfig.stored.nowhere"}}]
+
+    def served_filters() -> str:
+        return pipeline.kubectl("get", "trigger", "tenant-notify-api", "-n", TENANT_NAMESPACE, "-o", "jsonpath={.spec}")
+
+    pipeline.kubectl("apply", "-f", "-", input=yaml.safe_dump(changed))
+    wait_for("the changed filter", lambda: "nowhere" in served_filters())
+    try:
+        pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs_id))
+        secret = f"tenant-{cs_id}-kubeconfig"
+        wait_for("the kubeconfig stored", lambda: kube.get_secret(TENANT_NAMESPACE, secret), timeout=120)
+        assert pipeline.watch.wait_idle(60)
+        mine = [d for d in pipeline.watch.deliveries() if (d.subject or "").endswith(f"/{name}")]
+        assert {"tenant-install", "tenant-check-ready", "tenant-store-kubeconfig"} <= {d.trigger for d in mine}
+        assert "tenant-notify-api" not in {d.trigger for d in mine}, "the changed filter let it through"
+        assert phase_of(kube, name, "Provisioning") is not None, "notify-api, which marks Ready, never ran"
+    finally:
+        pipeline.kubectl("apply", "-f", str(path))
+    wait_for("the file's filter again", lambda: "nowhere" not in served_filters())
+    pipeline.tick()
+    wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=60)
+    assert pipeline.watch.wait_idle(60)
+    assert [d for d in pipeline.watch.deliveries() if d.trigger == "tenant-notify-api" and name in (d.subject or "")]
