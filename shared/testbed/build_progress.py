@@ -129,9 +129,7 @@ def plan_line(tools: Sequence[str], seconds: float, cache: Path) -> str:
 
 def start_line(tool: str, version: str, steps: Sequence[Step], usual: float, left: float) -> str:
     binaries = ", ".join(step.binary for step in steps)
-    return (
-        f"toolchain: building {tool} {version} ({binaries}), usually ~{format_duration(usual)}; {left_text(left)}"
-    )
+    return f"toolchain: building {tool} {version} ({binaries}), usually ~{format_duration(usual)}; {left_text(left)}"
 
 
 def tick_line(step: Step, elapsed: float, usual: float, left: float) -> str:

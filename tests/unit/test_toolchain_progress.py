@@ -36,8 +36,17 @@ def make_progress(recorded: dict[str, float] | None = None) -> tuple[bp.Progress
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0, "0s"), (0.4, "0s"), (44.6, "45s"), (60, "1m00s"), (135, "2m15s"), (3599, "59m59s"), (3600, "1h00m"),
-     (3929, "1h05m"), (-3, "0s")],
+    [
+        (0, "0s"),
+        (0.4, "0s"),
+        (44.6, "45s"),
+        (60, "1m00s"),
+        (135, "2m15s"),
+        (3599, "59m59s"),
+        (3600, "1h00m"),
+        (3929, "1h05m"),
+        (-3, "0s"),
+    ],
 )
 def test_durations_read_like_a_clock(seconds: float, text: str) -> None:
     assert bp.format_duration(seconds) == text
@@ -227,9 +236,7 @@ def test_a_cold_ensure_builds_copies_records_and_reports(
     assert "toolchain: built fake in 0s (usually ~2m00s); nothing left to build" in err
 
 
-def test_a_warm_ensure_builds_nothing_and_says_nothing(
-    fake_go: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_warm_ensure_builds_nothing_and_says_nothing(fake_go: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     first = toolchain.ensure("fake")
     capsys.readouterr()
     assert toolchain.ensure("fake") == first
