@@ -5,6 +5,7 @@ to ``--kubeopera-api-url`` with the bearer token, and SIGINT stops everything it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -159,9 +160,20 @@ def test_local_runs_the_pipeline_and_stops_clean_on_sigint(tmp_path: Path) -> No
         assert [pid for pid in started if alive(pid)] == []
         assert not Path(run_dir).exists()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:  # the test failed midway: stop it the way Ctrl-C would, so nothing stays
+            left = descendants(proc.pid)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pid in left:
+                if alive(pid):
+                    with contextlib.suppress(OSError):
+                        os.killpg(pid, signal.SIGKILL)  # each process leads its own group
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
         receiver.stop()
 
 
