@@ -1,0 +1,64 @@
+"""How long the local stack takes to come up, and what each of its processes holds in memory.
+
+``python -m bench.startup --runs 3`` starts the whole stack (``shared.local.stack``: control plane,
+registry, Knative Eventing's processes, the functions, the sources' adapters) N times and prints a
+table: the time from ``start_stack`` to everything Ready (median, min, max), and the resident
+memory of each process once up (median over the runs; a function counts its gunicorn master and
+workers). No test asserts these numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from shared.local.stack import StackOptions, start_stack
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def with_children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    children = [int(p) for p in path.read_text().split()] if path.exists() else []
+    return [pid, *children]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("shared.testbed.kubelet_standin").setLevel(logging.ERROR)
+    ups: list[float] = []
+    memory: dict[str, list[float]] = defaultdict(list)
+    for _ in range(args.runs):
+        started = time.monotonic()
+        with start_stack(StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1, log_level="WARNING")) as stack:
+            ups.append(time.monotonic() - started)
+            for process in stack.supervisor.processes:
+                name = "pod-" + process.name.split("-", 2)[1] if process.name.startswith("pod-") else process.name
+                memory[name].append(sum(rss_mib(pid) for pid in with_children(process.pid)))
+    print(f"\n| stack up ({args.runs} runs) | median s | min s | max s |")
+    print("|---|---:|---:|---:|")
+    print(f"| start_stack -> everything Ready | {statistics.median(ups):.1f} | {min(ups):.1f} | {max(ups):.1f} |")
+    print("\n| process | RSS MiB (median) |")
+    print("|---|---:|")
+    for name, samples in sorted(memory.items()):
+        print(f"| {name} | {statistics.median(samples):.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
