@@ -166,7 +166,7 @@ class KubeletStandIn:
             self._remove(key)
 
     def _run(self, key: str, deployment: Any, image: Image, *, wanted: bool) -> None:
-        template = client.ApiClient().sanitize_for_serialization(deployment.spec.template)  # type: ignore[no-untyped-call]
+        template = self._api.api_client.sanitize_for_serialization(deployment.spec.template)
         digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
         with self._lock:
             pod = self._pods.get(key)
