@@ -149,7 +149,7 @@ def adapter_down(pipeline: Stack) -> Iterator[None]:
     controller, stays); ``start_adapter_again`` brings it back."""
     pipeline.stop_adapter()
     yield
-    if pipeline.kubelet.held():
+    if any(key.startswith(f"{TENANT_NAMESPACE}/") for key in pipeline.kubelet.held()):
         start_adapter_again(pipeline)
 
 
