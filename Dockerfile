@@ -13,13 +13,15 @@
 # Python 3.11 on Debian 12, pinned by tag and digest (refresh both together).
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:081075da77b2b55c23c088251026fb69a7b2bf92471e491ff5fd75c192fd38e5
 
-# --- the project and its dependencies, as wheels -------------------------------------------
-FROM ${PYTHON_IMAGE} AS wheels
+# --- the runtime wheel (pure Python: built once, on the builder's own platform) -------------
+# Only shared/ and functions/ go in (pyproject.toml's packages); the test bed is a separate
+# distribution (testbed/pyproject.toml) that never reaches the image.
+FROM --platform=$BUILDPLATFORM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY functions ./functions
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # --- helm v3.16.4, checked against its published SHA-256 ------------------------------------
 FROM ${PYTHON_IMAGE} AS helm
@@ -51,8 +53,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HELM_DATA_HOME=/var/lib/kubeopera/helm/data \
     CHART_CACHE_DIR=/var/lib/kubeopera/helm/charts
 COPY --from=helm /usr/local/bin/helm /usr/local/bin/helm
-RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
-    python -m pip install --no-cache-dir --no-index --find-links=/wheels kubeopera-tenants \
+# The dependencies are resolved here, for the target platform (some have native wheels).
+RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
+    python -m pip install --no-cache-dir /wheels/kubeopera_tenants-*.whl \
     && groupadd --gid 65532 app \
     && useradd --uid 65532 --gid 65532 --home-dir /home/app --create-home --shell /usr/sbin/nologin app \
     && install -d -o 65532 -g 65532 /var/lib/kubeopera/helm

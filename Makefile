@@ -11,20 +11,24 @@ ARGS   ?=
 
 .PHONY: run test tools lint typecheck unit bench clean
 
-$(BIN)/.installed: pyproject.toml
+# The development install: the runtime (pyproject.toml: shared/, functions/, the operator's
+# `kubeopera-tenants status|retry`) with the test tools, then the test bed (testbed/pyproject.toml),
+# which adds `kubeopera-tenants local`. Both editable, so the clone is what runs.
+$(BIN)/.installed: pyproject.toml testbed/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-build-isolation -e ./testbed
 	touch $@
 
 tools: $(BIN)/.installed
-	$(BIN)/python -m shared.testbed.toolchain --with-checker
+	$(BIN)/python -m testbed.toolchain --with-checker
 
 run: tools
 	$(BIN)/kubeopera-tenants local $(ARGS)
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check shared functions tests bench
+	$(BIN)/ruff check shared functions testbed tests bench
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy

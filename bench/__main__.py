@@ -31,9 +31,9 @@ import requests
 import yaml
 
 from shared.kube import Kube
-from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
-from shared.testbed.processes import run
-from shared.testbed.registry import helm_env
+from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from testbed.processes import run
+from testbed.registry import helm_env
 
 
 def timed(fn: Callable[[], object], runs: int) -> list[float]:
@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for quiet in ("werkzeug", "shared.testbed.kubelet_standin"):
+    for quiet in ("werkzeug", "testbed.standins.kubelet"):
         logging.getLogger(quiet).setLevel(logging.ERROR)
     options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1)
     with start_stack(options) as stack:

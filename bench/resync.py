@@ -20,8 +20,8 @@ from collections import Counter
 import requests
 
 from shared.kube import Kube
-from shared.local.stack import TENANT_NAMESPACE, StackOptions, project_path, start_stack
-from shared.local.ticker import ping_event
+from testbed.local.stack import TENANT_NAMESPACE, StackOptions, project_path, start_stack
+from testbed.local.ticker import ping_event
 
 RESYNC_USER = f"system:serviceaccount:{TENANT_NAMESPACE}:tenant-resync"
 

@@ -1,6 +1,6 @@
 """How long the local stack takes to come up, and what each of its processes holds in memory.
 
-``python -m bench.startup --runs 3`` starts the whole stack (``shared.local.stack``: control plane,
+``python -m bench.startup --runs 3`` starts the whole stack (``testbed.local.stack``: control plane,
 registry, Knative Eventing's processes, the functions, the sources' adapters) N times and prints a
 table: the time from ``start_stack`` to everything Ready (median, min, max), and the resident
 memory of each process once up (median over the runs; a function counts its gunicorn master and
@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from shared.local.stack import StackOptions, start_stack
+from testbed.local.stack import StackOptions, start_stack
 
 
 def rss_mib(pid: int) -> float:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("shared.testbed.kubelet_standin").setLevel(logging.ERROR)
+    logging.getLogger("testbed.standins.kubelet").setLevel(logging.ERROR)
     ups: list[float] = []
     memory: dict[str, list[float]] = defaultdict(list)
     for _ in range(args.runs):

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from shared.errors import PermanentError
 
+# Where Tenants live unless TENANT_NAMESPACE says otherwise (spec: Environment Variables).
+DEFAULT_TENANT_NAMESPACE = "kubeopera-system"
+
 TENANT_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$"
 _TENANT_NAME = re.compile(TENANT_NAME_PATTERN)
 RELEASE_NAME_MAX = 53

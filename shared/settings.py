@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from shared.errors import ConfigError
+from shared.naming import DEFAULT_TENANT_NAMESPACE
 
 # The check-ready and cleanup Triggers' retryAfterMax (eventing/triggers): the broker caps every
 # Retry-After at it, so a longer poll would silently become this one (and check-ready's count of
@@ -34,7 +35,7 @@ class Settings:
     environment: str = "development"
     chart_ref: str = "oci://ghcr.io/loft-sh/charts/vcluster"
     chart_version: str = "0.21.2"
-    tenant_namespace: str = "kubeopera-system"
+    tenant_namespace: str = DEFAULT_TENANT_NAMESPACE
     log_level: str = "INFO"
     provision_timeout_seconds: int = 600
     callback_timeout_seconds: float = 5.0

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 
-from shared.testbed import processes
-from shared.testbed.api_standin import ApiStandIn
-from shared.testbed.controlplane import ControlPlane, create_namespace, delete_namespace, start_control_plane
-from shared.testbed.processes import Supervisor
-from shared.testbed.registry import CHART_DIR, Registry, push_chart, start_registry
-from shared.testbed.registry import helm_env as make_helm_env
-from shared.testbed.toolchain import Toolchain, ensure_all
+from testbed import processes
+from testbed.controlplane import ControlPlane, create_namespace, delete_namespace, start_control_plane
+from testbed.processes import Supervisor
+from testbed.registry import CHART_DIR, Registry, push_chart, start_registry
+from testbed.registry import helm_env as make_helm_env
+from testbed.standins.kubeopera_api import ApiStandIn
+from testbed.toolchain import Toolchain, ensure_all
 
 LOG_TAIL_ON_FAILURE = 40
 

@@ -1,5 +1,5 @@
 """Fixtures of the deployment checks: the built tools (kubectl, tools/knative-check, both from
-``shared.testbed.toolchain``: built once into the cache outside the clone, a warm run builds
+``testbed.toolchain``: built once into the cache outside the clone, a warm run builds
 nothing) and the two kustomize overlays rendered once per session.
 
 A check that needs one of these tools is marked ``integration`` here, so ``pytest -m "not
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.testbed import toolchain
+from testbed import toolchain
 
 from .manifests import DEPLOY, OVERLAYS, kustomize
 

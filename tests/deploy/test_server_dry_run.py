@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.testbed import toolchain
+from testbed import toolchain
 
 from .manifests import CONFIG_FEATURES_PATCH, DEPLOY, OVERLAYS, documents, file_documents
 

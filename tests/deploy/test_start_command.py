@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from shared.testbed import toolchain
-from shared.testbed.registry import CHART_DIR
+from testbed import toolchain
+from testbed.registry import CHART_DIR
 
 from .manifests import DEPLOY, DOCKERFILE, EVENTING, FUNCTION_MODULES, REPO, SERVICES, file_documents, objects_of
 

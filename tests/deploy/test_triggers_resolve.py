@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.local.stack import routes
+from testbed.local.stack import routes
 
 from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, FUNCTIONS, TRIGGERS, file_documents, objects_of
 

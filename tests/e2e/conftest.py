@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from shared.kube import Kube
-from shared.local.stack import Stack
+from testbed.local.stack import Stack
 
 
 @pytest.fixture(scope="module")

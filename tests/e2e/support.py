@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 import yaml
 
 from shared.kube import Kube
-from shared.local.stack import TENANT_NAMESPACE, Stack
 from shared.tenant import Tenant
-from shared.testbed.processes import run
+from testbed.local.stack import TENANT_NAMESPACE, Stack
+from testbed.processes import run
 
 T = TypeVar("T")
 

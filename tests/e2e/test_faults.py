@@ -25,10 +25,10 @@ import pytest
 import requests
 
 from shared.kube import Kube
-from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from shared.tenant import Tenant
-from shared.testbed.broker_watch import Delivery
-from shared.testbed.processes import run
+from testbed.knative.broker_watch import Delivery
+from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from testbed.processes import run
 
 from .rbac_usage import unused_rules
 from .support import exists, helm, phase_of, tenant_yaml, wait_for

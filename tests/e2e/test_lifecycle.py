@@ -24,8 +24,8 @@ import requests
 import yaml
 
 from shared.kube import Kube
-from shared.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from shared.tenant import Tenant
+from testbed.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
 from .rbac_usage import unused_rules
 from .support import exists, helm, kubectl_as, legacy_namespace, phase_of, tenant_events, tenant_yaml, wait_for

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.testbed.api_standin import ApiStandIn
-from shared.testbed.toolchain import ensure_all
+from testbed.standins.kubeopera_api import ApiStandIn
+from testbed.toolchain import ensure_all
 
 pytestmark = pytest.mark.integration
 

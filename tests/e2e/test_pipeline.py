@@ -20,11 +20,11 @@ import pytest
 import requests
 import yaml
 
+from shared.cli import main as cli_main
 from shared.kube import Kube
-from shared.local.cli import main as cli_main
-from shared.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from shared.tenant import Tenant
 from shared.values import vcluster_values
+from testbed.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 
 from .support import helm, kubectl_as, legacy_namespace, patch_tenant, phase_of, tenant_yaml, wait_for
 

@@ -12,7 +12,7 @@ import pytest
 
 from shared.errors import PermanentError, TemporaryError
 from shared.helm import Helm
-from shared.testbed.toolchain import Toolchain
+from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration
 

@@ -25,17 +25,16 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 from pyhelm3 import errors as helm_errors
 
-from shared.testbed import processes
-from shared.testbed.adapter import AdapterConfig, WatchedResource, start_adapter
-from shared.testbed.api_standin import ApiStandIn, RecordedRequest
-from shared.testbed.controlplane import (
+from testbed import processes
+from testbed.controlplane import (
     ControlPlane,
     create_service_account,
     kubeconfig_for_token,
     kubectl,
     request_token,
 )
-from shared.testbed.processes import (
+from testbed.knative.adapter import AdapterConfig, WatchedResource, start_adapter
+from testbed.processes import (
     HttpProbe,
     NotReadyError,
     ProcessSpec,
@@ -43,8 +42,9 @@ from shared.testbed.processes import (
     free_port,
     port_is_free,
 )
-from shared.testbed.registry import CHART_VERSION
-from shared.testbed.toolchain import Toolchain
+from testbed.registry import CHART_VERSION
+from testbed.standins.kubeopera_api import ApiStandIn, RecordedRequest
+from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration
 
@@ -368,7 +368,7 @@ def test_ctrl_c_or_sigterm_stops_the_control_plane_and_frees_its_ports(
     tmp_path: Path, toolchain: Toolchain, sig: signal.Signals
 ) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.testbed.controlplane", "--workdir", str(tmp_path / "cp")],
+        [sys.executable, "-m", "testbed.controlplane", "--workdir", str(tmp_path / "cp")],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -487,7 +487,7 @@ def test_api_standin_runs_as_its_own_process(tmp_path: Path) -> None:
         supervisor.start(
             ProcessSpec(
                 name="api-standin",
-                argv=(sys.executable, "-m", "shared.testbed.api_standin", "--port", str(port)),
+                argv=(sys.executable, "-m", "testbed.standins.kubeopera_api", "--port", str(port)),
                 cwd=REPO_ROOT,
             ),
             HttpProbe(f"http://127.0.0.1:{port}/_/mode"),

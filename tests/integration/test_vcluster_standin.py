@@ -14,8 +14,8 @@ import yaml
 
 from shared.helm import Helm
 from shared.kube import Kube
-from shared.testbed.toolchain import Toolchain
-from shared.testbed.vcluster_standin import DEFAULT_SERVER, VClusterStandIn
+from testbed.standins.vcluster import DEFAULT_SERVER, VClusterStandIn
+from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from shared.testbed import broker_watch
-from shared.testbed.broker_watch import BrokerWatch, Delivery, Route
-from shared.testbed.service_proxy import Hop, ServiceProxy
+from testbed.knative import broker_watch
+from testbed.knative.broker_watch import BrokerWatch, Delivery, Route
+from testbed.standins.service_proxy import Hop, ServiceProxy
 
 NS = "kubeopera-system"
 INSTALL = f"tenant-install.{NS}.svc.cluster.local"

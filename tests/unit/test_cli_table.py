@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from shared.local.cli import status_table
+from shared.cli import status_table
 
 
 def obj(name: str, created: str, **status: str) -> dict[str, object]:

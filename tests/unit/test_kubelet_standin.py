@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from shared.testbed.kubelet_standin import KubeletStandIn
-from shared.testbed.processes import Supervisor
+from testbed.processes import Supervisor
+from testbed.standins.kubelet import KubeletStandIn
 
 KUBECONFIG = """\
 apiVersion: v1

@@ -27,10 +27,10 @@ from shared.errors import NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.http import Step, function_app
 from shared.kube import Rollout
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.local.ticker import ping_event
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.settings import Settings
 from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
+from testbed.local.ticker import ping_event
 
 from .fakes import (
     DELETED_AT,

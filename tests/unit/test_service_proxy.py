@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from shared.testbed.service_proxy import Hop, Routes, ServiceProxy
+from testbed.standins.service_proxy import Hop, Routes, ServiceProxy
 
 HOST = "tenant-install.kubeopera-system.svc.cluster.local"
 TRACEPARENT = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.testbed import build_progress as bp
-from shared.testbed import toolchain
+from testbed import toolchain
+from testbed.toolchain import progress as bp
 
 
 class FakeClock:

@@ -25,7 +25,7 @@
 //
 // Exit status: 0 when every Knative object passed, 1 when one failed, 2 on a usage or read error.
 //
-// Built by shared/testbed/toolchain.py against knative.dev/eventing and knative.dev/serving at the
+// Built by testbed/toolchain.py against knative.dev/eventing and knative.dev/serving at the
 // versions pinned there.
 package main
 

@@ -3,7 +3,7 @@
 The API server alone accepts a namespace deletion and marks the namespace ``Terminating``, but
 removing its content and its ``kubernetes`` finalizer is the namespace controller's job; and
 objects whose owner is gone are removed only by the garbage collector. :func:`start_controller_manager`
-runs the real kube-controller-manager (built by :mod:`shared.testbed.toolchain`) with just those
+runs the real kube-controller-manager (built by :mod:`testbed.toolchain`) with just those
 two controllers (:data:`CONTROLLERS`):
 
 - it authenticates with a client certificate of its own, user ``system:kube-controller-manager``
@@ -14,7 +14,7 @@ two controllers (:data:`CONTROLLERS`):
   CA, and counts as ready when ``/healthz`` answers 200 and its log says each controller started.
 
 Nothing else runs: no ServiceAccount controller (no ``default`` ServiceAccount appears), no token
-Secrets, no Deployments or pods. :func:`shared.testbed.controlplane.start_control_plane` calls this
+Secrets, no Deployments or pods. :func:`testbed.controlplane.start_control_plane` calls this
 once kube-apiserver is ready.
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.testbed import pki
-from shared.testbed.processes import HttpProbe, ManagedProcess, ProcessSpec, Supervisor, free_port
+from testbed.controlplane import pki
+from testbed.processes import HttpProbe, ManagedProcess, ProcessSpec, Supervisor, free_port
 
 USER = "system:kube-controller-manager"
 GROUPS: tuple[str, ...] = ("system:masters",)

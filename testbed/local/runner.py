@@ -1,6 +1,6 @@
 """``kubeopera-tenants local``: the whole pipeline on this machine, and a live view of it.
 
-Starts everything ``shared.local.stack`` describes, optionally writes the admin kubeconfig,
+Starts everything ``testbed.local.stack`` describes, optionally writes the admin kubeconfig,
 creates the example Tenant (``alice-default``, as in the original operator's documentation) and
 prints, as they happen, each phase change with its time and each delivery Knative's broker makes
 to a function (read off the wire by the test bed's service proxy: what the broker's filter sent
@@ -25,9 +25,9 @@ from typing import TextIO
 
 from shared.errors import TenantError
 from shared.kube import Kube
-from shared.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from shared.tenant import Phase, Tenant
-from shared.testbed.broker_watch import Delivery
+from testbed.knative.broker_watch import Delivery
+from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 
 EXAMPLE = ("deploy", "examples", "alice-default.yaml")
 NEW_TENANT_HINT = """\
@@ -73,7 +73,7 @@ def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # The live view below is the output; library logs only when something is wrong.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for quiet in ("werkzeug", "shared.testbed.kubelet_standin"):
+    for quiet in ("werkzeug", "testbed.standins.kubelet"):
         logging.getLogger(quiet).setLevel(logging.ERROR)
     print("kubeopera-tenants local: starting the pipeline (a cold first run builds the tools)...", file=out, flush=True)
     stack_options = StackOptions(

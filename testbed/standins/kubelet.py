@@ -13,7 +13,7 @@ from the same package; here the toolchain's binary of that package) it runs the 
   resolves them) and ``args``;
 - a kubeconfig holding a token of the pod's ServiceAccount (TokenRequest, the projected token a
   pod gets), so RBAC applies as in a cluster;
-- ``HTTP_PROXY`` to the service proxy (cluster DNS, see :mod:`shared.testbed.service_proxy`).
+- ``HTTP_PROXY`` to the service proxy (cluster DNS, see :mod:`testbed.standins.service_proxy`).
 
 It restarts the process when the pod template changes, stops it when the Deployment goes or is
 scaled to zero, and writes the Deployment's status (Available once the readiness check passes),
@@ -36,7 +36,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from shared.testbed.processes import ManagedProcess, Probe, ProcessSpec, Supervisor
+from testbed.processes import ManagedProcess, Probe, ProcessSpec, Supervisor
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What Knative's broker delivered to the functions, read off the wire by the service proxy.
 
 Every delivery Knative's ``mt-broker-filter`` makes to a Trigger's subscriber or dead-letter sink
-crosses the service proxy (:mod:`shared.testbed.service_proxy`) on its way to the function's
+crosses the service proxy (:mod:`testbed.standins.service_proxy`) on its way to the function's
 process. :class:`BrokerWatch` turns those hops into :class:`Delivery` records (which Trigger,
 which event, what the function answered) and answers the question the tests and the live view
 ask: is the broker idle, nothing in flight and no retry still to come?
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from shared.testbed.service_proxy import Hop, ServiceProxy
+from testbed.standins.service_proxy import Hop, ServiceProxy
 
 RETRYABLE = frozenset({404, 408, 409, 429})
 QUIET_SECONDS = 1.0  # between the ingress's 202 and the channel's fan-out, nothing is in flight

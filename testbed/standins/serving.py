@@ -23,7 +23,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from shared.testbed.service_proxy import ServiceProxy
+from testbed.standins.service_proxy import ServiceProxy
 
 GROUP, VERSION, PLURAL = "serving.knative.dev", "v1", "services"
 

@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 
 import yaml
 
-from shared.testbed.processes import HttpProbe, ProcessSpec, Supervisor, free_port, run
-from shared.testbed.toolchain import Toolchain
+from testbed.processes import HttpProbe, ProcessSpec, Supervisor, free_port, run
+from testbed.toolchain import Toolchain
 
 CHART_DIR = Path(__file__).resolve().parent / "chart"
 CHART_NAME = "vcluster"

@@ -16,7 +16,7 @@ Control endpoints under ``/_/`` are not recorded: ``GET /_/requests`` (the recor
 JSON, so another process can read it), ``DELETE /_/requests`` (clear), ``GET /_/mode`` and
 ``PUT /_/mode`` with ``{"mode": "ok"|"error"|"hang"}`` or ``{"mode": "down", "seconds": N}``
 (back up after N seconds, default 30). Run it on its own with
-``python -m shared.testbed.api_standin --port N``.
+``python -m testbed.standins.kubeopera_api --port N``.
 """
 
 from __future__ import annotations

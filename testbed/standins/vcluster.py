@@ -15,7 +15,7 @@ system observes of a booted vCluster, for every StatefulSet labelled ``app=vclus
   ``https://localhost:8443``; the values are read from helm's own record of the deployed release
   (Secret ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON).
 
-Run: ``python -m shared.testbed.vcluster_standin --kubeconfig PATH --boot-seconds 20`` (and
+Run: ``python -m testbed.standins.vcluster --kubeconfig PATH --boot-seconds 20`` (and
 ``--never-boot REGEX`` for releases that must never come up, the fault of a vCluster that does
 not boot).
 """

@@ -15,9 +15,9 @@ What a cluster would provide, the test bed does, and says so:
   (192.0.2.10, never dialled: the API server refuses loopback endpoints) so the reconcilers'
   "endpoints available" checks pass;
 - the ``imc-dispatcher`` Deployment exists (the imc-controller looks at it) and the kubelet
-  stand-in (:mod:`shared.testbed.kubelet_standin`) marks it Available because its process runs;
+  stand-in (:mod:`testbed.standins.kubelet`) marks it Available because its process runs;
 - names under ``.svc.cluster.local`` resolve through the service proxy
-  (:mod:`shared.testbed.service_proxy`): every Knative process gets ``HTTP_PROXY`` pointing at it;
+  (:mod:`testbed.standins.service_proxy`): every Knative process gets ``HTTP_PROXY`` pointing at it;
 - there is no admission webhook: what it would default is done by ``tools/knative-check`` before
   objects are applied (``SetDefaults`` then ``Validate``, as the webhook does), and the CRDs that
   convert versions through it convert by name instead (only the stored versions are used).
@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from shared.testbed.processes import (
+from testbed.processes import (
     HttpProbe,
     LogProbe,
     ManagedProcess,
@@ -57,8 +57,8 @@ from shared.testbed.processes import (
     port_is_free,
     run,
 )
-from shared.testbed.service_proxy import ServiceProxy
-from shared.testbed.toolchain import Toolchain
+from testbed.standins.service_proxy import ServiceProxy
+from testbed.toolchain import Toolchain
 
 log = logging.getLogger(__name__)
 

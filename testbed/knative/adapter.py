@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.testbed.processes import (
+from testbed.processes import (
     ManagedProcess,
     NotReadyError,
     ProcessSpec,
     Supervisor,
 )
-from shared.testbed.toolchain import Toolchain
+from testbed.toolchain import Toolchain
 
 HEALTH_PORT = 8080
 MODE_RESOURCE = "Resource"

@@ -1,11 +1,11 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver (as envtest runs them) and
 kube-controller-manager with the namespace and garbage-collector controllers.
 
-:func:`start_control_plane` makes a fresh PKI (see :mod:`shared.testbed.pki`), starts etcd and
-kube-apiserver on free 127.0.0.1 ports under a :class:`~shared.testbed.processes.Supervisor`,
+:func:`start_control_plane` makes a fresh PKI (see :mod:`testbed.controlplane.pki`), starts etcd and
+kube-apiserver on free 127.0.0.1 ports under a :class:`~testbed.processes.Supervisor`,
 waits for ``/readyz`` (checked with the admin client certificate), writes an admin kubeconfig
 (user ``kubeopera-admin`` in ``system:masters``, certificate data embedded), then starts
-kube-controller-manager (:mod:`shared.testbed.controllers`, its own client certificate and
+kube-controller-manager (:mod:`testbed.controlplane.controllers`, its own client certificate and
 kubeconfig, log ``kube-controller-manager.log``) and yields a :class:`ControlPlane`. Leaving the
 ``with`` block stops all three.
 
@@ -16,7 +16,7 @@ deleted namespace is emptied and goes away, and objects whose owner is deleted a
 collected. Nothing else does: no pods, no ``default`` ServiceAccount, no token Secrets.
 
 This module talks to the API server through ``kubectl`` only; the ``kubernetes`` client is for
-``shared/kube.py`` and the tests. Run ``python -m shared.testbed.controlplane`` to start one by
+``shared/kube.py`` and the tests. Run ``python -m testbed.controlplane`` to start one by
 hand (it prints the kubeconfig path and runs until Ctrl-C).
 """
 
@@ -39,9 +39,9 @@ from typing import Any
 
 import yaml
 
-from shared.testbed import controllers, pki
-from shared.testbed.processes import HttpProbe, ProcessSpec, Supervisor, Terminated, free_port, run
-from shared.testbed.toolchain import Toolchain, ensure_all
+from testbed.controlplane import controllers, pki
+from testbed.processes import HttpProbe, ProcessSpec, Supervisor, Terminated, free_port, run
+from testbed.toolchain import Toolchain, ensure_all
 
 ADMIN_USER = "kubeopera-admin"
 ADMIN_GROUPS: tuple[str, ...] = ("system:masters",)

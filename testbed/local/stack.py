@@ -8,7 +8,7 @@ end-to-end tests and the benchmarks run.
 2. the service proxy, the stand-in for cluster DNS and kube-proxy (``*.svc.cluster.local`` → the
    local port that serves it), and Knative Eventing v0.48.0: its controllers and its broker's data
    plane (ingress, filter, in-memory channel), upstream binaries as host processes
-   (:mod:`shared.testbed.knative_eventing`), with ``eventing/config-features-patch.yaml`` applied;
+   (:mod:`testbed.knative.eventing`), with ``eventing/config-features-patch.yaml`` applied;
 3. the kubelet stand-in, which runs the Deployments Knative's controllers make for the sources
    (the ApiServerSource's adapter, the PingSource's ``mtping``) as host processes, with exactly
    the environment and ServiceAccount the controller wrote into them;
@@ -46,16 +46,13 @@ from typing import Any
 import requests
 import yaml
 
-from shared.local.ticker import ping_event
-from shared.testbed import controlplane as cp_mod
-from shared.testbed import serving_standin
-from shared.testbed.adapter import AdapterConfig, AdapterReadyProbe
-from shared.testbed.api_standin import ApiStandIn
-from shared.testbed.broker_watch import BrokerWatch, Route
-from shared.testbed.knative_eventing import KO, KnativeEventing, start_eventing
-from shared.testbed.knative_eventing import host as knative_host
-from shared.testbed.kubelet_standin import Image, KubeletStandIn
-from shared.testbed.processes import (
+from testbed import controlplane as cp_mod
+from testbed.knative.adapter import AdapterConfig, AdapterReadyProbe
+from testbed.knative.broker_watch import BrokerWatch, Route
+from testbed.knative.eventing import KO, KnativeEventing, start_eventing
+from testbed.knative.eventing import host as knative_host
+from testbed.local.ticker import ping_event
+from testbed.processes import (
     HttpProbe,
     LogProbe,
     ManagedProcess,
@@ -65,14 +62,17 @@ from shared.testbed.processes import (
     run,
     wait_ready,
 )
-from shared.testbed.registry import helm_env, push_chart, start_registry
-from shared.testbed.service_proxy import ServiceProxy
-from shared.testbed.toolchain import Toolchain, ensure_all, knative_check
+from testbed.registry import helm_env, push_chart, start_registry
+from testbed.standins import serving as serving_standin
+from testbed.standins.kubelet import Image, KubeletStandIn
+from testbed.standins.kubeopera_api import ApiStandIn
+from testbed.standins.service_proxy import ServiceProxy
+from testbed.toolchain import Toolchain, ensure_all, knative_check
 
 TENANT_NAMESPACE = "kubeopera-system"
 BROKER = "default"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CHART_DIR = Path(__file__).resolve().parents[1] / "testbed" / "chart"
+CHART_DIR = Path(__file__).resolve().parents[1] / "chart"
 
 # Knative Service name -> Python module in functions/ (the Services in deploy/base/services).
 FUNCTIONS: Mapping[str, str] = {
@@ -322,7 +322,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                     argv=(
                         sys.executable,
                         "-m",
-                        "shared.testbed.vcluster_standin",
+                        "testbed.standins.vcluster",
                         "--kubeconfig",
                         str(admin),
                         "--boot-seconds",

@@ -25,9 +25,9 @@ A cold build takes a while (about 13 minutes on 2 cores before Knative Eventing,
 ``build_progress.DEFAULT_SECONDS``), so it says what it does on stderr: what is missing and how
 long that usually takes, a line per tool, a progress line every 15 s while a ``go build`` runs and
 the time left for everything still to build. The usual durations are those this toolchain
-measured on this machine, kept in ``<cache>/timings.json`` (``shared/testbed/build_progress.py``).
+measured on this machine, kept in ``<cache>/timings.json`` (``testbed/toolchain/progress.py``).
 
-Run ``python -m shared.testbed.toolchain`` to build everything and print the paths.
+Run ``python -m testbed.toolchain`` to build everything and print the paths.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.testbed import build_progress
-from shared.testbed.build_progress import Progress, Step, Ticker
+from testbed.toolchain import progress as build_progress
+from testbed.toolchain.progress import Progress, Step, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -498,6 +498,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"toolchain: ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

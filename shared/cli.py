@@ -1,0 +1,138 @@
+"""The ``kubeopera-tenants`` command: what an operator runs against any cluster.
+
+``status`` lists Tenants as ``kubectl get`` would, with the last message; ``retry`` is the
+runbook's manual step, patching a Failed Tenant's phase back to Pending so that install starts
+over. Both take ``--kubeconfig`` (or the usual ``KUBECONFIG``).
+
+Other distributions add commands through the entry-point group ``kubeopera_tenants.commands``:
+each entry point is a callable that adds one subcommand to the parser it is given and sets
+``run`` on it. The development install adds ``local`` that way (``testbed.local.cli``); the
+runtime wheel and the image have no such command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from shared.errors import Conflict, TenantError
+from shared.kube import Kube
+from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.tenant import Phase, StatusUpdate, Tenant, parse_time, rfc3339, utcnow
+
+COMMANDS_GROUP = "kubeopera_tenants.commands"
+
+
+def _age(created: str, now: datetime) -> str:
+    born = parse_time(created)
+    if born is None:
+        return "?"
+    seconds = int((now - born).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def status_table(objects: Sequence[Mapping[str, Any]], now: datetime) -> str:
+    """The Tenants as a table: namespace, name, phase, vCluster, age and the last message."""
+    rows = [("NAMESPACE", "NAME", "PHASE", "VCLUSTER", "AGE", "MESSAGE")]
+    for obj in sorted(objects, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
+        meta, status = obj["metadata"], obj.get("status") or {}
+        rows.append(
+            (
+                meta["namespace"],
+                meta["name"],
+                status.get("phase") or "Pending",
+                status.get("vclusterName") or "-",
+                _age(meta.get("creationTimestamp", ""), now),
+                (status.get("message") or "").replace("\n", " ")[:100],
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "   " + row[-1] for row in rows
+    )
+
+
+def retry(kube: Kube, namespace: str, name: str) -> str:
+    """Patch a Failed Tenant to Pending; raise ``SystemExit`` with a clear message otherwise."""
+    for _ in range(3):
+        tenant = kube.get_tenant(namespace, name)
+        if tenant is None:
+            raise SystemExit(f"error: tenant {namespace}/{name} not found")
+        if tenant.status.phase != Phase.FAILED:
+            phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+            raise SystemExit(
+                f"error: tenant {namespace}/{name} is {phase}, not Failed; only a Failed tenant is retried"
+            )
+        try:
+            kube.patch_tenant_status(tenant, _retry_update(tenant))
+        except Conflict:
+            continue
+        return f"tenant {namespace}/{name} patched to Pending; install starts over"
+    raise SystemExit(f"error: tenant {namespace}/{name} kept changing; try again")
+
+
+def _retry_update(tenant: Tenant) -> StatusUpdate:
+    return StatusUpdate(
+        phase=Phase.PENDING,
+        fields={"message": f"retry requested at {rfc3339(utcnow())}; was: {tenant.status.message}"[:1024]},
+    )
+
+
+def _on_cluster(args: argparse.Namespace) -> int:
+    try:
+        kube = Kube.connect(args.kubeconfig)
+        if args.command == "status":
+            namespace = None if args.all_namespaces else args.namespace
+            print(status_table(kube.list_tenant_objects(namespace), datetime.now(UTC)))
+        else:
+            print(retry(kube, args.namespace, args.name))
+    except TenantError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except SystemExit as err:
+        print(err.code, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: ``status``, ``retry``, and the commands other distributions add."""
+    top = argparse.ArgumentParser(
+        prog="kubeopera-tenants", description="Operate kubeopera.io Tenants and their vClusters."
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("status", "list Tenants with phase, vCluster, age and the last message"),
+        ("retry", "patch a Failed Tenant's phase to Pending so it is provisioned again"),
+    ):
+        cmd = sub.add_parser(name, help=text, description=text)
+        if name == "retry":
+            cmd.add_argument("name", help="the Tenant's name")
+        cmd.add_argument("--kubeconfig", type=Path, metavar="PATH", help="defaults to $KUBECONFIG or ~/.kube/config")
+        cmd.add_argument(
+            "-n", "--namespace", default=DEFAULT_TENANT_NAMESPACE, help=f"default {DEFAULT_TENANT_NAMESPACE}"
+        )
+        if name == "status":
+            cmd.add_argument("-A", "--all-namespaces", action="store_true")
+        cmd.set_defaults(run=_on_cluster)
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry.load()(sub)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""``kubeopera-tenants local``: the command the development install adds to the operator's CLI.
+
+``testbed/pyproject.toml`` registers :func:`add_command` in the entry-point group
+``kubeopera_tenants.commands``, which ``shared.cli`` reads; it is also runnable on its own as
+``python -m testbed.local``. It starts the whole pipeline on an embedded control plane
+(:mod:`testbed.local.runner`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = (
+    "Start an embedded control plane, the chart registry, Knative Eventing (its controllers and its broker) with "
+    "the Broker, Triggers and sources of eventing/, each function under gunicorn, the vCluster stand-in and the "
+    "kubeopera-api stand-in; create the example Tenant and show its progress, each delivery of the broker "
+    "included. Ctrl-C stops everything."
+)
+
+
+def add_arguments(local: argparse.ArgumentParser) -> None:
+    local.add_argument(
+        "--kubeconfig-out",
+        type=Path,
+        metavar="PATH",
+        help="write the admin kubeconfig there once the CRD is served and the functions are ready",
+    )
+    local.add_argument(
+        "--kubeopera-api-url",
+        metavar="URL",
+        help="send callbacks to this URL instead of the built-in stand-in "
+        "(INTERNAL_SERVICE_TOKEN from the environment is used as usual)",
+    )
+    local.add_argument("--no-example", action="store_true", help="do not create the example Tenant")
+    local.add_argument(
+        "--vcluster-boot-seconds",
+        type=float,
+        default=20.0,
+        metavar="N",
+        help="how long the vCluster stand-in takes to write its Secret (default 20)",
+    )
+    local.set_defaults(run=run)
+
+
+def add_command(sub: argparse._SubParsersAction[Any]) -> None:
+    """The entry point: add ``local`` to ``kubeopera-tenants``' subcommands."""
+    add_arguments(
+        sub.add_parser(
+            "local",
+            help="run the whole pipeline on an embedded control plane and provision the example Tenant",
+            description=DESCRIPTION,
+        )
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from testbed.local.runner import LocalOptions
+    from testbed.local.runner import run as run_local
+
+    return run_local(
+        LocalOptions(
+            kubeconfig_out=args.kubeconfig_out,
+            kubeopera_api_url=args.kubeopera_api_url,
+            create_example=not args.no_example,
+            vcluster_boot_seconds=args.vcluster_boot_seconds,
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.local", description=DESCRIPTION)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
