@@ -1,6 +1,7 @@
 """Fixtures of the deployment checks: the built tools (kubectl, tools/knative-check, both from
 ``testbed.toolchain``: built once into the cache outside the clone, a warm run builds
-nothing) and the two kustomize overlays rendered once per session.
+nothing), the two kustomize overlays rendered once per session, and the runtime wheel built as
+the Dockerfile builds it (and installed on its own into a folder).
 
 A check that needs one of these tools is marked ``integration`` here, so ``pytest -m "not
 integration"`` runs only what needs no Go tool and takes seconds."""
@@ -15,8 +16,9 @@ import pytest
 from testbed import toolchain
 
 from .manifests import DEPLOY, OVERLAYS, kustomize
+from .wheel import build_wheel, install_wheel
 
-TOOL_FIXTURES = frozenset({"kubectl", "knative_check", "rendered", "installed_site"})
+TOOL_FIXTURES = frozenset({"kubectl", "knative_check", "rendered", "runtime_wheel", "installed_site"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,3 +41,17 @@ def knative_check() -> Path:
 def rendered(kubectl: Path) -> Mapping[str, str]:
     """overlay name -> `kubectl kustomize deploy/overlays/<name>` output."""
     return {name: kustomize(kubectl, DEPLOY / "overlays" / name) for name in OVERLAYS}
+
+
+@pytest.fixture(scope="session")
+def runtime_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runtime wheel, as the Dockerfile's ``wheel`` stage builds it."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def installed_site(runtime_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel installed on its own into a folder, the way the image installs it."""
+    site = tmp_path_factory.mktemp("site")
+    install_wheel(runtime_wheel, site)
+    return site

@@ -1,8 +1,8 @@
 """The exact command the image runs serves every function from the installed package.
 
 No image can be built here, so this does what the Dockerfile does, short of the container: it
-copies the files the Dockerfile copies (pyproject.toml, README.md, shared/, functions/), builds the
-wheel, installs it into a folder of its own, and then, for every Knative Service in
+builds the runtime wheel as the Dockerfile's ``wheel`` stage does (tests/deploy/wheel.py),
+installs it into a folder of its own, and then, for every Knative Service in
 deploy/base/services, runs the Service's command and args (checked equal to the Dockerfile's
 ENTRYPOINT by test_manifests.py) from an empty working folder, with the Service's environment and
 the ConfigMap's settings, on a free port. Each function must answer /healthz, /readyz and
@@ -33,10 +33,8 @@ import pytest
 from testbed import toolchain
 from testbed.registry import CHART_DIR
 
-from .manifests import DEPLOY, DOCKERFILE, EVENTING, FUNCTION_MODULES, REPO, SERVICES, file_documents, objects_of
+from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, SERVICES, file_documents, objects_of
 
-# What the Dockerfile's build stage copies into the build context.
-COPIED = ("pyproject.toml", "README.md", "shared", "functions")
 HELM_HOME = "/var/lib/kubeopera/helm"
 START_TIMEOUT = 60.0
 DUMMY_KUBECONFIG = """\
@@ -47,42 +45,6 @@ users: [{name: none, user: {token: not-used}}]
 contexts: [{name: none, context: {cluster: none, user: none}}]
 current-context: none
 """
-
-
-def test_dockerfile_copies_what_this_test_copies() -> None:
-    text = DOCKERFILE.read_text(encoding="utf-8")
-    assert "COPY pyproject.toml README.md ./" in text
-    assert "COPY shared ./shared" in text and "COPY functions ./functions" in text
-
-
-@pytest.fixture(scope="module")
-def installed_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project installed from its wheel, the way the image installs it."""
-    work = tmp_path_factory.mktemp("image")
-    src = work / "src"
-    src.mkdir()
-    for name in COPIED:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy(source, src / name)
-    wheels, site = work / "wheels", work / "site"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    build = subprocess.run(
-        # No build isolation: the backend comes from the test install, as the suite runs offline.
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(src)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr
-    (wheel,) = wheels.glob("kubeopera_tenants-*.whl")
-    install = subprocess.run(
-        [*pip, "install", "--no-deps", "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=600
-    )
-    assert install.returncode == 0, install.stderr
-    return site
 
 
 def _free_port() -> int:
