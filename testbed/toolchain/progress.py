@@ -1,6 +1,6 @@
 """What a cold build of the test bed's tools tells the person waiting for it, and how long it takes.
 
-The toolchain (``testbed/toolchain.py``) builds each tool in one or more steps, each one
+The toolchain (:mod:`testbed.toolchain`) builds each tool in one or more steps, each one
 ``go build`` invocation. How long a step usually takes is what the toolchain last measured for it
 on this machine, recorded in ``timings.json`` in the cache root (one number of seconds per step,
 written after each successful build), or, before anything was recorded, a built-in default

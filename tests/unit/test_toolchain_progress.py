@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed import toolchain
+from testbed.toolchain import gobuild
 from testbed.toolchain import progress as bp
 
 
@@ -181,6 +182,13 @@ def test_the_ticker_calls_back_until_its_block_ends() -> None:
     assert count[0] == after
 
 
+def test_our_own_go_sources_are_found_in_the_clones_tools_folder() -> None:
+    source = toolchain.BUILDS["knative-check"].source_dir
+    assert source is not None
+    assert (source / "main.go").is_file()
+    assert source.parent == Path(__file__).resolve().parents[2] / "tools"
+
+
 def test_a_tool_is_built_one_binary_at_a_time() -> None:
     assert [s.binary for s in toolchain.steps(toolchain.BUILDS["kubernetes"])] == ["kube-apiserver", "kubectl"]
 
@@ -212,9 +220,9 @@ def fake_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setenv("KUBEOPERA_TOOLS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setitem(toolchain.BUILDS, "fake", FAKE)
-    monkeypatch.setattr(toolchain, "_write_module", lambda build, src, env: src.mkdir())
-    monkeypatch.setattr(toolchain, "_go_build", go_build)
-    monkeypatch.setattr(toolchain, "_module_dir", lambda module_path, version, cwd, env: module)
+    monkeypatch.setattr(gobuild, "_write_module", lambda build, src, env: src.mkdir())
+    monkeypatch.setattr(gobuild, "_go_build", go_build)
+    monkeypatch.setattr(gobuild, "_module_dir", lambda module_path, version, cwd, env: module)
     return built
 
 
@@ -258,7 +266,7 @@ def test_a_failed_build_leaves_no_tool_folder_and_records_nothing(
     def failing(*args: object) -> None:
         raise toolchain.ToolchainError("compile error")
 
-    monkeypatch.setattr(toolchain, "_go_build", failing)
+    monkeypatch.setattr(gobuild, "_go_build", failing)
     with pytest.raises(toolchain.ToolchainError):
         toolchain.ensure("fake")
     assert list((tmp_path / "cache" / "tools").iterdir()) == []
