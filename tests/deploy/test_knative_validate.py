@@ -1,5 +1,5 @@
 """Knative's own defaulting and validation (knative.dev/eventing and knative.dev/serving, at the
-versions pinned in testbed/toolchain.py) accept every Knative object we ship, through
+versions pinned in testbed/toolchain/versions.py) accept every Knative object we ship, through
 tools/knative-check; and the checker really rejects broken objects, so a pass means something."""
 
 from __future__ import annotations
