@@ -14,7 +14,7 @@ two controllers (:data:`CONTROLLERS`):
   CA, and counts as ready when ``/healthz`` answers 200 and its log says each controller started.
 
 Nothing else runs: no ServiceAccount controller (no ``default`` ServiceAccount appears), no token
-Secrets, no Deployments or pods. :func:`testbed.controlplane.start_control_plane` calls this
+Secrets, no Deployments or pods. :func:`testbed.controlplane.startup.start_control_plane` calls this
 once kube-apiserver is ready.
 """
 

@@ -1,0 +1,44 @@
+"""Talking to the test bed's API server the way this package does: through ``kubectl`` only
+(:func:`kubectl`, as admin unless told otherwise, and :func:`apply`). The ``kubernetes`` client
+is for ``shared/kube.py`` and the tests."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.controlplane.model import ControlPlane
+from testbed.processes import run
+
+
+def kubectl(
+    cp: ControlPlane,
+    *args: str,
+    input: str | None = None,
+    timeout: float = 60.0,
+    check: bool = True,
+    kubeconfig: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run kubectl against the control plane (as admin unless ``kubeconfig`` is given)."""
+    config = kubeconfig or cp.admin_kubeconfig
+    return run(
+        [str(cp.kubectl), f"--kubeconfig={config}", *args],
+        env={"KUBECONFIG": str(config)},
+        input=input,
+        timeout=timeout,
+        check=check,
+    )
+
+
+def apply(cp: ControlPlane, manifest: str | dict[str, Any] | list[dict[str, Any]]) -> None:
+    """``kubectl apply -f -`` a YAML string or object(s), as admin."""
+    if isinstance(manifest, str):
+        text = manifest
+    elif isinstance(manifest, list):
+        text = yaml.safe_dump_all(manifest)
+    else:
+        text = yaml.safe_dump(manifest)
+    kubectl(cp, "apply", "-f", "-", input=text)
