@@ -43,6 +43,8 @@ RUN set -eu; \
 
 # --- the image ------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
+# helm's folders and the pinned chart's cache are set here only, for every function: under
+# /var/lib/kubeopera/helm, which the Services mount as an emptyDir (the root is read-only).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

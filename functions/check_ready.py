@@ -134,9 +134,9 @@ def handle(
     raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 
 
-def create_app() -> Flask:
-    rt = Runtime.start(NAME)
-    helm = rt.helm()
+def create_app(runtime: Runtime | None = None) -> Flask:
+    rt = runtime or Runtime.from_env(NAME)
+    helm = rt.helm_client()
     return function_app(
         Step(
             name=NAME,

@@ -159,10 +159,10 @@ def _tell_kubeopera_api(kube: Kube, api: KubeoperaApi, tenant: Tenant) -> None:
         )
 
 
-def create_app() -> Flask:
-    rt = Runtime.start(NAME)
-    helm = rt.helm()
-    api = rt.kubeopera_api()
+def create_app(runtime: Runtime | None = None) -> Flask:
+    rt = runtime or Runtime.from_env(NAME)
+    helm = rt.helm_client()
+    api = rt.kubeopera_api_client()
     return function_app(
         Step(
             name=NAME,

@@ -84,8 +84,8 @@ def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent 
     return None
 
 
-def create_app() -> Flask:
-    rt = Runtime.start(NAME)
+def create_app(runtime: Runtime | None = None) -> Flask:
+    rt = runtime or Runtime.from_env(NAME)
     return function_app(
         Step(
             name=NAME,

@@ -133,9 +133,9 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
     return events.make(events.PROVISIONING, NAME, tenant.ref)
 
 
-def create_app() -> Flask:
-    rt = Runtime.start(NAME)
-    helm = rt.helm()
+def create_app(runtime: Runtime | None = None) -> Flask:
+    rt = runtime or Runtime.from_env(NAME)
+    helm = rt.helm_client()
 
     def chart_ready() -> bool:
         try:

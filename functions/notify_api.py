@@ -89,9 +89,9 @@ def handle(kube: Kube, api: KubeoperaApi, ref: TenantRef) -> BaseCloudEvent | No
     return None
 
 
-def create_app() -> Flask:
-    rt = Runtime.start(NAME)
-    api = rt.kubeopera_api()
+def create_app(runtime: Runtime | None = None) -> Flask:
+    rt = runtime or Runtime.from_env(NAME)
+    api = rt.kubeopera_api_client()
     return function_app(
         Step(
             name=NAME,

@@ -39,7 +39,7 @@ from flask import Flask
 
 from functions.cleanup import gave_up
 from shared import events, logs
-from shared.errors import ConfigError, ProvisionTimeout
+from shared.errors import ProvisionTimeout
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
@@ -165,11 +165,9 @@ def _redrive(kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action:
     sink.send(events.make(action.value, NAME, tenant.ref, **extra), traceparent=logs.current("traceparent"))
 
 
-def create_app() -> Flask:
-    rt = Runtime.start(NAME)
-    if not rt.settings.sink_url:
-        raise ConfigError("K_SINK must be set (Knative's SinkBinding sets it to the Broker's address)")
-    sink = Sink(rt.settings.sink_url)
+def create_app(runtime: Runtime | None = None) -> Flask:
+    rt = runtime or Runtime.from_env(NAME)
+    sink = rt.sink_client()
 
     def tick(event: BaseCloudEvent) -> None:
         resync(rt.kube, sink, rt.settings)

@@ -64,8 +64,8 @@ def handle(kube: Kube, settings: Settings, ref: TenantRef) -> BaseCloudEvent | N
     return events.make(events.KUBECONFIG_STORED, NAME, tenant.ref, kubeconfigSecret=names.kubeconfig_secret)
 
 
-def create_app() -> Flask:
-    rt = Runtime.start(NAME)
+def create_app(runtime: Runtime | None = None) -> Flask:
+    rt = runtime or Runtime.from_env(NAME)
     return function_app(
         Step(
             name=NAME,

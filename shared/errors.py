@@ -13,13 +13,9 @@ from __future__ import annotations
 class TenantError(Exception):
     """Base of every error the functions raise on purpose."""
 
-    http_status = 500
-
 
 class TemporaryError(TenantError):
     """Will likely succeed later: the broker should re-deliver the event."""
-
-    http_status = 503
 
     def __init__(self, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
@@ -47,7 +43,6 @@ class PermanentError(TenantError):
     ``reason`` becomes the ``Ready`` condition's reason and the Kubernetes Event's reason.
     """
 
-    http_status = 422
     reason = "ProvisioningFailed"
 
 
@@ -67,13 +62,9 @@ class ProvisionTimeout(PermanentError):
 class TenantGone(TenantError):
     """The Tenant disappeared while a step worked on it; there is nothing left to do."""
 
-    http_status = 204
-
 
 class BadEvent(TenantError):
     """The request is not a CloudEvent this function understands; nothing was changed."""
-
-    http_status = 400
 
 
 class ConfigError(TenantError):

@@ -9,7 +9,7 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
   event does not create a new helm revision.
 - **One helm operation per release at a time** inside a process (a lock per release); across
   processes (install scales to several pods) the caller holds a Lease in the release namespace
-  (``shared.leases``), and helm's own pending states refuse a second operation anyway.
+  (``shared.locks``), and helm's own pending states refuse a second operation anyway.
 - **Stuck releases recovered.** A helm process killed mid-operation leaves the release
   ``pending-install``, ``pending-upgrade`` or ``pending-rollback`` for ever, and helm refuses every
   later operation on it (design.md section 5). One whose last update is older than
@@ -149,14 +149,6 @@ class Helm:
         except helm_errors.Error as err:
             raise _classify(f"helm status {namespace}/{name}", err) from None
         return _state(name, namespace, revision)
-
-    def values(self, name: str, namespace: str) -> dict[str, Any]:
-        """The user-supplied values of the release's current revision."""
-        try:
-            revision = _run(self._client.get_current_revision(name, namespace=namespace))
-            return dict(_run(revision.values()) or {})
-        except helm_errors.Error as err:
-            raise _classify(f"helm get values {namespace}/{name}", err) from None
 
     async def _current(self, name: str, namespace: str) -> tuple[Any, dict[str, Any]] | None:
         """The current revision and its user-supplied values, or None if there is no release."""

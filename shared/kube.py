@@ -143,15 +143,11 @@ class Kube:
     # Tenants -----------------------------------------------------------------------------
 
     def get_tenant(self, namespace: str, name: str) -> Tenant | None:
-        obj = self.get_tenant_object(namespace, name)
-        return None if obj is None else Tenant.from_object(obj)
-
-    def get_tenant_object(self, namespace: str, name: str) -> dict[str, Any] | None:
         obj = _found_or_none(
             f"get tenant {namespace}/{name}",
             lambda: self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
         )
-        return None if obj is None else dict(obj)
+        return None if obj is None else Tenant.from_object(obj)
 
     def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
         """Tenants in ``namespace`` matching a field selector on the CRD's selectable fields

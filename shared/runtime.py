@@ -1,8 +1,19 @@
-"""What a function process builds once at start: settings, logs, and its clients.
+"""What a function works with: its settings and its clients, built once per process.
 
-Each ``functions.<name>.create_app()`` calls ``Runtime.start(name)``; a bad setting fails the
-process start with ``ConfigError`` instead of failing requests later. Clients are built once per
-process and shared by its threads.
+Two ways to build a ``Runtime``, and only two:
+
+- ``Runtime.from_env(function)``: what ``functions.<name>.create_app()`` does when gunicorn
+  calls it with no argument. Settings come from the environment (a bad one fails the process
+  start with ``ConfigError`` instead of failing requests later), logs are set up, and the
+  Kubernetes client uses the pod's credentials (or ``$KUBECONFIG``).
+- ``Runtime(settings=..., kube=..., helm=..., ...)``: the parts as given, with no environment
+  read and no connection made; the unit tests pass ``create_app`` one made of in-memory stand-ins.
+
+The clients only some functions use (helm, kubeopera-api, the broker's sink) are optional parts:
+a function asks for one with ``helm_client()``, ``kubeopera_api_client()`` or ``sink_client()``,
+which returns the given part or makes it from the settings. So a function that never asks for
+helm never starts a helm process. Each function asks once, in ``create_app``, and its threads
+share the clients.
 """
 
 from __future__ import annotations
@@ -10,28 +21,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared import logs
-from shared.errors import PermanentError
+from shared.errors import ConfigError, PermanentError
 from shared.helm import Helm
 from shared.kube import Kube
 from shared.kubeopera_api import KubeoperaApi
 from shared.reconcile import mark_failed
 from shared.settings import Settings
+from shared.sink import Sink
 from shared.tenant import TenantRef
 
 
 @dataclass(frozen=True)
 class Runtime:
-    function: str
+    """A function's settings and clients; ``helm``, ``kubeopera_api`` and ``sink`` when given."""
+
     settings: Settings
     kube: Kube
+    helm: Helm | None = None
+    kubeopera_api: KubeoperaApi | None = None
+    sink: Sink | None = None
 
     @classmethod
-    def start(cls, function: str) -> Runtime:
+    def from_env(cls, function: str) -> Runtime:
+        """Settings from the environment, logs configured, the Kubernetes client connected."""
         settings = Settings.from_env()
         logs.configure(settings.log_level, function=function, environment=settings.environment)
-        return cls(function=function, settings=settings, kube=Kube.connect(component=f"tenant-{function}"))
+        return cls(settings=settings, kube=Kube.connect(component=f"tenant-{function}"))
 
-    def helm(self) -> Helm:
+    def helm_client(self) -> Helm:
+        if self.helm is not None:
+            return self.helm
         return Helm(
             self.settings.chart_ref,
             self.settings.chart_version,
@@ -40,12 +59,21 @@ class Runtime:
             stuck_after=self.settings.stuck_release_seconds,
         )
 
-    def kubeopera_api(self) -> KubeoperaApi:
+    def kubeopera_api_client(self) -> KubeoperaApi:
+        if self.kubeopera_api is not None:
+            return self.kubeopera_api
         return KubeoperaApi(
             self.settings.kubeopera_api_base_url,
             self.settings.internal_service_token,
             self.settings.callback_timeout_seconds,
         )
+
+    def sink_client(self) -> Sink:
+        if self.sink is not None:
+            return self.sink
+        if not self.settings.sink_url:
+            raise ConfigError("K_SINK must be set (Knative's SinkBinding sets it to the Broker's address)")
+        return Sink(self.settings.sink_url)
 
     def mark_failed(self, ref: TenantRef, err: PermanentError) -> None:
         mark_failed(self.kube, ref, str(err), err.reason)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,8 @@ WITHOUT_RETRYAFTER = EVENTING / "without-retryafter"
 KAFKA_BROKER = EVENTING / "kafka-broker"
 DOCKERFILE = REPO / "Dockerfile"
 
-# The fixed contract: Python module -> Knative Service (-> Trigger of the same name, but for the
-# dead-letter sink, which has none).
-FUNCTION_MODULES = {
-    "tenant-install": "install",
-    "tenant-check-ready": "check_ready",
-    "tenant-store-kubeconfig": "store_kubeconfig",
-    "tenant-notify-api": "notify_api",
-    "tenant-dead-letter": "dead_letter",
-    "tenant-cleanup": "cleanup",
-    "tenant-resync": "resync",
-}
+# What a function's Knative Service passes the image: the gunicorn app of its module.
+APP_ARGUMENT = re.compile(r"functions\.(?P<module>\w+):create_app\(\)")
 
 
 def documents(text: str) -> list[dict[str, Any]]:
@@ -44,6 +36,25 @@ def documents(text: str) -> list[dict[str, Any]]:
 
 def file_documents(path: Path) -> list[dict[str, Any]]:
     return documents(path.read_text(encoding="utf-8"))
+
+
+def function_modules() -> dict[str, str]:
+    """Knative Service -> its module in functions/, read off deploy/base/services: each file holds one
+    Service whose container args are ``["functions.<module>:create_app()"]``."""
+    found: dict[str, str] = {}
+    for path in sorted(SERVICES.glob("*.yaml")):
+        (service,) = file_documents(path)
+        (container,) = service["spec"]["template"]["spec"]["containers"]
+        args = container.get("args") or []
+        matched = APP_ARGUMENT.fullmatch(args[0]) if len(args) == 1 else None
+        assert matched is not None, f"{path.name}: args {args} are not one functions.<module>:create_app()"
+        found[service["metadata"]["name"]] = matched["module"]
+    return found
+
+
+# Every function (Service -> module); each Service has a Trigger of the same name, but for the
+# dead-letter sink, which has none.
+FUNCTION_MODULES = function_modules()
 
 
 def objects_of(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -77,6 +88,19 @@ def render_prod_with(kubectl: Path, workdir: Path, component: Path) -> str:
 def run_checker(binary: Path, *args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run tools/knative-check."""
     return subprocess.run([str(binary), *map(str, args)], input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def dockerfile_env() -> dict[str, str]:
+    """The environment the image sets: the ENV instructions of the Dockerfile's last stage."""
+    text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ")
+    last_stage = re.split(r"^FROM\s", text, flags=re.M)[-1]
+    env: dict[str, str] = {}
+    for instruction in re.findall(r"^ENV\s+(.*)$", last_stage, re.M):
+        for pair in shlex.split(instruction):
+            name, sep, value = pair.partition("=")
+            assert sep, f"ENV {instruction}: use the NAME=value form"
+            env[name] = value
+    return env
 
 
 def dockerfile_entrypoint() -> list[str]:

@@ -1,6 +1,7 @@
 """Small in-memory stand-ins for the two adapters (``shared.kube.Kube``, ``shared.helm.Helm``) and
 for kubeopera-api and the broker (resync's ``Sink``), so the functions' decisions run as they are, in
-milliseconds.
+milliseconds. A ``shared.runtime.Runtime`` made of them is what a test gives a function's
+``create_app``; ``apiserver_event`` and ``deliver`` stand for the ApiServerSource and the broker.
 
 They keep plain data (a Tenant is the dict the API server would return) and answer the way the
 real adapters do: Tenants come back as ``Tenant.from_object``, a status write applies
@@ -18,14 +19,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cloudevents.core.base import BaseCloudEvent
+from cloudevents.core.v1.event import CloudEvent
+from flask import Flask
+from werkzeug.test import TestResponse
 
+from shared import events
 from shared.errors import Conflict, TemporaryError, TenantGone
 from shared.helm import DEPLOYED, PENDING_STATES, Guard, ReleaseState
 from shared.kube import NamespaceInfo, Rollout, StoredSecret
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
+from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
 from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 
-TENANT_NAMESPACE = "kubeopera-system"
+TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE
 USER_ID = "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b"
 CHART_VERSION = "0.21.2"
 DELETED_AT = "2026-11-30T13:00:00Z"
@@ -73,6 +79,26 @@ def tenant_object(
 def ref_of(obj: Mapping[str, Any]) -> TenantRef:
     meta = obj["metadata"]
     return TenantRef(meta["namespace"], meta["name"], meta["uid"], meta.get("generation", 0))
+
+
+def apiserver_event(obj: dict[str, Any], type_: str = events.APISERVER_UPDATE) -> CloudEvent:
+    """What the ApiServerSource sends for a Tenant: the whole object as data."""
+    meta = obj["metadata"]
+    return CloudEvent(
+        attributes={
+            "type": type_,
+            "source": "https://127.0.0.1:6443",
+            "subject": f"/apis/kubeopera.io/v1alpha1/namespaces/{meta['namespace']}/tenants/{meta['name']}",
+            "datacontenttype": "application/json",
+        },
+        data=copy.deepcopy(obj),
+    )
+
+
+def deliver(app: Flask, event: BaseCloudEvent, headers: Mapping[str, str] | None = None) -> TestResponse:
+    """POST ``event`` to a function's app as the broker delivers it (binary mode)."""
+    event_headers, body = events.to_binary(event)
+    return app.test_client().post("/", headers=event_headers | dict(headers or {}), data=body)
 
 
 def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
@@ -160,6 +186,13 @@ class FakeKube:
             "data": dict(data),
             "resourceVersion": self._next_version(),
         }
+
+    def boot_vcluster(self, tenant_name: str, config: bytes, generation: int = 1) -> None:
+        """The vCluster came up: its StatefulSet rolled out (at ``generation``) with its pod ready,
+        and vcluster wrote its kubeconfig Secret."""
+        namespace, release = f"vcluster-{tenant_name}", f"vc-{tenant_name}"
+        self.rollouts[(namespace, release)] = Rollout(generation, generation, 1, 1, 1)
+        self.add_secret(namespace, f"vc-{release}", {VCLUSTER_CONFIG_KEY: config}, {})
 
     def event(self, reason: str) -> dict[str, Any]:
         """The one Event with ``reason`` (fails the test if there are none or several)."""
@@ -365,6 +398,11 @@ class FakeHelm:
 
     def values_of(self, name: str, namespace: str) -> dict[str, Any]:
         return copy.deepcopy(self.releases[(namespace, name)]["values"])
+
+    def chart(self) -> Any:
+        """The pinned chart (install's readiness asks for it); always at hand here."""
+        self.calls["chart"] += 1
+        return {"name": "vcluster", "version": CHART_VERSION}
 
     def _state(self, name: str, namespace: str) -> ReleaseState:
         found = self.releases[(namespace, name)]

@@ -12,6 +12,8 @@ from shared.errors import ProvisionTimeout
 from shared.settings import Settings
 from shared.tenant import Tenant
 
+from .fakes import TENANT_NAMESPACE
+
 SETTINGS = Settings(provision_timeout_seconds=600, ready_poll_seconds=15)
 STARTED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -19,7 +21,7 @@ STARTED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 def provisioning_since(last_synced_at: str) -> Tenant:
     return Tenant.from_object(
         {
-            "metadata": {"namespace": "kubeopera-system", "name": "a", "uid": "u", "generation": 1},
+            "metadata": {"namespace": TENANT_NAMESPACE, "name": "a", "uid": "u", "generation": 1},
             "spec": {
                 "userID": "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b",
                 "tenantName": "alice",

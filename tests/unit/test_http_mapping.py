@@ -20,7 +20,9 @@ from shared.errors import Conflict, NotReadyYet, PermanentError, TemporaryError
 from shared.http import MAX_BODY_BYTES, Step, function_app
 from shared.tenant import TenantRef
 
-REF = {"namespace": "kubeopera-system", "name": "alice", "uid": "u-1", "generation": 1}
+from .fakes import TENANT_NAMESPACE
+
+REF = {"namespace": TENANT_NAMESPACE, "name": "alice", "uid": "u-1", "generation": 1}
 
 
 def post(handle: Callable[[BaseCloudEvent, TenantRef], BaseCloudEvent | None], **kw: Any) -> Any:
@@ -76,7 +78,7 @@ def test_permanent_error_marks_failed_then_answers_422() -> None:
 
     r = post(handle)
     assert r.status_code == 422
-    assert r.failed == ["kubeopera-system/alice: chart rejected the values"]
+    assert r.failed == [f"{TENANT_NAMESPACE}/alice: chart rejected the values"]
 
 
 def test_conflict_reruns_the_step_then_gives_up_as_temporary() -> None:
@@ -157,7 +159,7 @@ def test_probes_and_metrics() -> None:
 def test_dead_letter_reason_decodes_the_function_answer() -> None:
     event = events.make(events.PROVISIONING, "install", TenantRef("ns", "n", "u", 1))
     attrs = event.get_attributes() | {
-        "knativeerrordest": "http://tenant-check-ready.kubeopera-system.svc.cluster.local",
+        "knativeerrordest": f"http://tenant-check-ready.{TENANT_NAMESPACE}.svc.cluster.local",
         "knativeerrorcode": "503",
         "knativeerrordata": base64.b64encode(b'{"error": "waiting for vcluster"}').decode(),
     }

@@ -41,11 +41,21 @@ from shared.ownership import (
     secret_labels,
 )
 from shared.reconcile import mark_failed
+from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time
 from shared.values import vcluster_values
 
-from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, FakeKubeoperaApi, ref_of, tenant_object
+from .fakes import (
+    TENANT_NAMESPACE,
+    FakeHelm,
+    FakeKube,
+    FakeKubeoperaApi,
+    apiserver_event,
+    deliver,
+    ref_of,
+    tenant_object,
+)
 
 SETTINGS = Settings(cleanup_poll_seconds=7, ready_poll_seconds=15, provision_timeout_seconds=600)
 CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
@@ -59,20 +69,6 @@ EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
 
 
 # helpers ----------------------------------------------------------------------------------------
-
-
-def apiserver_event(obj: dict[str, Any], type_: str = events.APISERVER_UPDATE) -> CloudEvent:
-    """What the ApiServerSource sends for a Tenant: the whole object as data."""
-    meta = obj["metadata"]
-    return CloudEvent(
-        attributes={
-            "type": type_,
-            "source": "https://127.0.0.1:6443",
-            "subject": f"/apis/kubeopera.io/v1alpha1/namespaces/{meta['namespace']}/tenants/{meta['name']}",
-            "datacontenttype": "application/json",
-        },
-        data=copy.deepcopy(obj),
-    )
 
 
 def live(kube: FakeKube, name: str = "bob-dev", namespace: str = TENANT_NAMESPACE) -> Tenant:
@@ -102,8 +98,7 @@ def provision(kube: FakeKube, helm: FakeHelm, name: str = "bob-dev", cs: str = C
 
 def booted(kube: FakeKube, tenant_name: str = "bob-dev", generation: int = 1) -> None:
     """The StatefulSet rolled out and its pod is ready; vcluster wrote its kubeconfig Secret."""
-    kube.rollouts[(f"vcluster-{tenant_name}", f"vc-{tenant_name}")] = Rollout(generation, generation, 1, 1, 1)
-    kube.add_secret(f"vcluster-{tenant_name}", f"vc-vc-{tenant_name}", {VCLUSTER_CONFIG_KEY: CONFIG}, {})
+    kube.boot_vcluster(tenant_name, CONFIG, generation)
 
 
 def provisioned_and_stored(kube: FakeKube, helm: FakeHelm) -> dict[str, Any]:
@@ -176,9 +171,9 @@ def reconcile_total(controller: str, result: str) -> float:
     return value or 0.0
 
 
-def post_event(step: Step, event: BaseCloudEvent) -> Any:
-    headers, body = events.to_binary(event)
-    return function_app(step).test_client().post("/", headers=headers, data=body)
+def runtime(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi | None = None) -> Runtime:
+    """What a function's create_app works with: these tests' settings and the stand-ins."""
+    return Runtime(settings=SETTINGS, kube=kube, helm=helm, kubeopera_api=api)
 
 
 # install ----------------------------------------------------------------------------------------
@@ -313,7 +308,7 @@ def test_install_waits_for_an_older_rival_being_deleted(kube: FakeKube, helm: Fa
     assert err.retry_after == 5
     assert f"still held by Tenant {BOB_KEY}, which is being deleted" in str(err)
     assert helm.operations == operations
-    assert kube.namespaces[BOB_NS]["labels"][LABEL_OWNER_UID] == "uid-kubeopera-system-bob-dev"
+    assert kube.namespaces[BOB_NS]["labels"][LABEL_OWNER_UID] == f"uid-{TENANT_NAMESPACE}-bob-dev"
     assert live(kube, "bob-dev-2").status.phase == "Pending"  # not Failed: it asks again later
 
 
@@ -519,7 +514,7 @@ def test_store_replaces_a_changed_kubeconfig_at_the_version_it_read(kube: FakeKu
     [
         pytest.param(
             namespace_labels(Tenant.from_object(tenant_object("alice", CS_OTHER))),
-            'tenantName "bob-dev" is already used by Tenant kubeopera-system/alice',
+            f'tenantName "bob-dev" is already used by Tenant {TENANT_NAMESPACE}/alice',
             id="another-tenants",
         ),
         pytest.param({}, f"namespace {BOB_NS} exists but was not made by kubeopera-tenants", id="hand-made"),
@@ -549,7 +544,7 @@ def test_store_refuses_a_secret_of_another_tenant_without_changing_a_byte(kube: 
     with pytest.raises(OwnershipConflict) as caught:
         run_store(kube, obj)
 
-    assert str(caught.value) == f'cloudSpaceID "{CS_BOB}" is already used by Tenant kubeopera-system/alice'
+    assert str(caught.value) == f'cloudSpaceID "{CS_BOB}" is already used by Tenant {TENANT_NAMESPACE}/alice'
     assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)] == before
     assert kube.calls["write_secret"] == 0
 
@@ -657,20 +652,16 @@ def test_cleanup_answers_503_with_retry_after_cleanup_poll_seconds(
 ) -> None:
     provisioned_and_stored(kube, helm)
     obj = deleted(kube, "bob-dev")
-    step = Step(
-        name="cleanup-unit",
-        accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE}),
-        handle=lambda event, ref: cleanup.handle(kube, helm, api, SETTINGS, event, ref),
-        on_permanent=lambda ref, err: pytest.fail(f"nothing permanent expected: {err}"),
-    )
-    before = reconcile_total("cleanup-unit", "requeue")
+    app = cleanup.create_app(runtime(kube, helm, api))
+    before = reconcile_total(cleanup.NAME, "requeue")
 
-    response = post_event(step, apiserver_event(obj))
+    response = deliver(app, apiserver_event(obj))
 
     assert response.status_code == 503
     assert response.headers["Retry-After"] == str(SETTINGS.cleanup_poll_seconds)
     assert response.json == {"error": f"waiting for namespace {BOB_NS} to be deleted"}
-    assert reconcile_total("cleanup-unit", "requeue") == before + 1
+    assert reconcile_total(cleanup.NAME, "requeue") == before + 1
+    assert live(kube).status.phase == "Deleting", "nothing permanent happened"
 
 
 def test_cleanup_leaves_a_namespace_of_another_tenant_alone(
@@ -785,7 +776,7 @@ def test_a_tenant_whose_cleanup_was_dead_lettered_stays_failed(
     deleting = deleted(kube, "bob-dev")
     with pytest.raises(NotReadyYet):
         run_cleanup(kube, helm, api, deleting)  # the namespace never finishes terminating
-    gave_up = dead_lettered(deleting, "http://tenant-cleanup.kubeopera-system.svc.cluster.local", "503")
+    gave_up = dead_lettered(deleting, f"http://tenant-cleanup.{TENANT_NAMESPACE}.svc.cluster.local", "503")
     dead_letter.handle(kube, gave_up, ref_of(deleting))
     assert live(kube).status.phase == "Failed"
 
@@ -984,7 +975,8 @@ def dead_lettered(obj: dict[str, Any], dest: str, code: str, body: bytes = b"") 
 
 def test_dead_letter_fails_the_tenant_with_the_last_answer(kube: FakeKube) -> None:
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
-    event = dead_lettered(obj, "http://tenant-install.kubeopera-system.svc", "503", b'{"error": "helm failed: boom"}')
+    dest = f"http://tenant-install.{TENANT_NAMESPACE}.svc"
+    event = dead_lettered(obj, dest, "503", b'{"error": "helm failed: boom"}')
 
     dead_letter.handle(kube, event, ref_of(obj))
 
@@ -1076,15 +1068,15 @@ REF = {"namespace": TENANT_NAMESPACE, "name": "bob-dev", "uid": "u-1", "generati
 
 def post_failing_step(name: str, on_permanent: Callable[[TenantRef, PermanentError], object]) -> Any:
     def handle(event: BaseCloudEvent, ref: TenantRef) -> None:
-        raise OwnershipConflict('tenantName "bob-dev" is already used by Tenant kubeopera-system/bob-dev')
+        raise OwnershipConflict(f'tenantName "bob-dev" is already used by Tenant {TENANT_NAMESPACE}/bob-dev')
 
     step = Step(name=name, accepts=frozenset({events.PROVISIONING}), handle=handle, on_permanent=on_permanent)
     event = CloudEvent(attributes={"type": events.PROVISIONING, "source": "/test"}, data=dict(REF))
-    return post_event(step, event)
+    return deliver(function_app(step), event)
 
 
 def refused_403(ref: TenantRef, err: PermanentError) -> None:
-    raise PermanentError("patch tenant kubeopera-system/bob-dev status: the API server refused it (403 Forbidden)")
+    raise PermanentError(f"patch tenant {TENANT_NAMESPACE}/bob-dev status: the API server refused it (403 Forbidden)")
 
 
 def buggy(ref: TenantRef, err: PermanentError) -> None:
@@ -1097,13 +1089,13 @@ def buggy(ref: TenantRef, err: PermanentError) -> None:
         pytest.param(
             refused_403,
             422,
-            'tenantName "bob-dev" is already used by Tenant kubeopera-system/bob-dev',
+            f'tenantName "bob-dev" is already used by Tenant {TENANT_NAMESPACE}/bob-dev',
             id="marking-refused-403",
         ),
         pytest.param(
             buggy,
             500,
-            'tenantName "bob-dev" is already used by Tenant kubeopera-system/bob-dev '
+            f'tenantName "bob-dev" is already used by Tenant {TENANT_NAMESPACE}/bob-dev '
             "(and marking the tenant Failed failed; see the function's logs)",
             id="marking-raises-a-bug",
         ),
@@ -1133,15 +1125,10 @@ def test_a_failure_while_marking_failed_is_still_a_json_answer_and_counted(
 def test_an_install_refusal_over_http_is_422_and_the_tenant_is_failed(kube: FakeKube, helm: FakeHelm) -> None:
     provision(kube, helm, created=EARLY)
     intruder = kube.add_tenant(tenant_object("bob-dev-2", CS_OTHER, tenant_name="bob-dev", created=LATE))
-    step = Step(
-        name="install-unit",
-        accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE}),
-        handle=lambda event, ref: install.handle(kube, helm, SETTINGS, ref),
-        on_permanent=lambda ref, err: mark_failed(kube, ref, str(err), err.reason),
-    )
-    before = reconcile_total("install-unit", "error")
+    app = install.create_app(runtime(kube, helm))
+    before = reconcile_total(install.NAME, "error")
 
-    response = post_event(step, apiserver_event(intruder, events.APISERVER_ADD))
+    response = deliver(app, apiserver_event(intruder, events.APISERVER_ADD))
 
     message = f'tenantName "bob-dev" is already used by Tenant {BOB_KEY}'
     assert response.status_code == 422
@@ -1149,7 +1136,7 @@ def test_an_install_refusal_over_http_is_422_and_the_tenant_is_failed(kube: Fake
     assert live(kube, "bob-dev-2").status.message == message
     ready = live(kube, "bob-dev-2").status.condition("Ready")
     assert ready is not None and ready.reason == "OwnershipConflict"
-    assert reconcile_total("install-unit", "error") == before + 1
+    assert reconcile_total(install.NAME, "error") == before + 1
 
 
 # one helm operation per release across processes ------------------------------------------------

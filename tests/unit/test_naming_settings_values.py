@@ -12,6 +12,8 @@ from shared.settings import Settings
 from shared.tenant import Quota, Tenant, TenantSpec
 from shared.values import vcluster_values
 
+from .fakes import TENANT_NAMESPACE
+
 CS_ID = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
 
 
@@ -94,7 +96,7 @@ def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, m
 
 def test_values_are_the_original_defaults_with_quota_as_requests_and_limits() -> None:
     spec = TenantSpec("3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", "alice-default", CS_ID, Quota("2", "4Gi"))
-    tenant = Tenant("kubeopera-system", "alice", "uid-1", 1, "7", spec)
+    tenant = Tenant(TENANT_NAMESPACE, "alice", "uid-1", 1, "7", spec)
     values = vcluster_values(tenant, "staging")
     assert values["controlPlane"]["distro"] == {"k3s": {"enabled": True}}
     resources = values["controlPlane"]["statefulSet"]["resources"]
@@ -106,7 +108,7 @@ def test_values_are_the_original_defaults_with_quota_as_requests_and_limits() ->
         "kubeopera.io/tenant": "alice-default",
         "kubeopera.io/tenant-id": CS_ID,
         "kubeopera.io/owner-uid": "uid-1",
-        "kubeopera.io/owner-namespace": "kubeopera-system",
+        "kubeopera.io/owner-namespace": TENANT_NAMESPACE,
         "kubeopera.io/owner-name": "alice",
     }
     assert set(values) == {"controlPlane", "sync", "exportKubeConfig"}

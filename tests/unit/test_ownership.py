@@ -38,7 +38,7 @@ from shared.ownership import (
 )
 from shared.tenant import Tenant
 
-from .fakes import DELETED_AT, tenant_object
+from .fakes import DELETED_AT, TENANT_NAMESPACE, tenant_object
 
 CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
 CS_OTHER = "0b6f5a4e-3d2c-4b1a-9f8e-7d6c5b4a3f2e"
@@ -124,7 +124,7 @@ def test_the_legacy_labels_of_each_kind_are_the_previous_versions() -> None:
     assert legacy_secret_labels(named) == {LABEL_TENANT_ID: CS_BOB, LABEL_MANAGED_BY: MANAGED_BY}
     owner = {
         LABEL_OWNER_UID: named.uid,
-        LABEL_OWNER_NAMESPACE: "kubeopera-system",
+        LABEL_OWNER_NAMESPACE: TENANT_NAMESPACE,
         LABEL_OWNER_NAME: "bob-dev-object",
     }
     assert owner_labels(named) == owner
@@ -138,7 +138,7 @@ def test_the_legacy_labels_of_each_kind_are_the_previous_versions() -> None:
 
 
 def test_owner_state_follows_the_live_tenant_at_the_owners_name() -> None:
-    owner = Owner("kubeopera-system", "bob-dev", BOB.uid)
+    owner = Owner(TENANT_NAMESPACE, "bob-dev", BOB.uid)
     assert owner_state(owner, None) == OwnerState.GONE
     assert owner_state(owner, tenant(uid="a-new-incarnation")) == OwnerState.GONE
     assert owner_state(owner, BOB) == OwnerState.LIVE
@@ -150,35 +150,35 @@ def test_owner_state_follows_the_live_tenant_at_the_owners_name() -> None:
 
 def test_a_live_owner_is_named_exactly() -> None:
     newcomer = tenant("bob-dev-2", CS_OTHER, tenant_name="bob-dev")
-    verdict = Verdict(Claim.OTHER, Owner("kubeopera-system", "bob-dev", BOB.uid))
+    verdict = Verdict(Claim.OTHER, Owner(TENANT_NAMESPACE, "bob-dev", BOB.uid))
     err = refusal(newcomer, NS_THING, "tenantName", "bob-dev", verdict, OwnerState.LIVE)
     assert isinstance(err, OwnershipConflict)
     assert err.reason == "OwnershipConflict"
-    assert str(err) == 'tenantName "bob-dev" is already used by Tenant kubeopera-system/bob-dev'
+    assert str(err) == f'tenantName "bob-dev" is already used by Tenant {TENANT_NAMESPACE}/bob-dev'
 
 
 def test_an_owner_being_deleted_is_waited_for_not_failed() -> None:
     newcomer = tenant("bob-dev-2", CS_OTHER, tenant_name="bob-dev")
-    verdict = Verdict(Claim.OTHER, Owner("kubeopera-system", "bob-dev", BOB.uid))
+    verdict = Verdict(Claim.OTHER, Owner(TENANT_NAMESPACE, "bob-dev", BOB.uid))
     err = refusal(newcomer, NS_THING, "tenantName", "bob-dev", verdict, OwnerState.DELETING)
     assert type(err) is TemporaryError
     assert err.retry_after == WAIT_FOR_CLEANUP_SECONDS
-    assert "kubeopera-system/bob-dev, which is being deleted" in str(err)
+    assert f"{TENANT_NAMESPACE}/bob-dev, which is being deleted" in str(err)
 
 
 def test_a_leftover_says_whose_it_was_and_how_to_resolve_it() -> None:
     reborn = tenant(uid="uid-new")
-    verdict = Verdict(Claim.OTHER, Owner("kubeopera-system", "bob-dev", "uid-old"))
+    verdict = Verdict(Claim.OTHER, Owner(TENANT_NAMESPACE, "bob-dev", "uid-old"))
     err = refusal(reborn, NS_THING, "tenantName", "bob-dev", verdict, OwnerState.GONE)
     assert isinstance(err, OwnershipConflict)
     message = str(err)
     assert message.startswith(
-        "namespace vcluster-bob-dev was left behind by Tenant kubeopera-system/bob-dev (uid uid-old), "
+        f"namespace vcluster-bob-dev was left behind by Tenant {TENANT_NAMESPACE}/bob-dev (uid uid-old), "
         "which no longer exists"
     )
     assert "nothing adopts it silently" in message
     assert "kubectl delete namespace vcluster-bob-dev" in message
-    assert message.endswith("then retry: kubeopera-tenants retry bob-dev -n kubeopera-system")
+    assert message.endswith(f"then retry: kubeopera-tenants retry bob-dev -n {TENANT_NAMESPACE}")
 
 
 def test_a_hand_made_object_says_how_to_resolve_it_and_is_never_adopted() -> None:
@@ -191,7 +191,7 @@ def test_a_hand_made_object_says_how_to_resolve_it_and_is_never_adopted() -> Non
     assert "nothing adopts it silently" in message
     assert "kubectl delete namespace vcluster-bob-dev" in message
     assert f"label it {LABEL_OWNER_UID}={BOB.uid}" in message
-    assert message.endswith("then retry: kubeopera-tenants retry bob-dev -n kubeopera-system")
+    assert message.endswith(f"then retry: kubeopera-tenants retry bob-dev -n {TENANT_NAMESPACE}")
 
 
 # rival ------------------------------------------------------------------------------------------
@@ -243,10 +243,10 @@ def test_a_rival_refusal_names_the_field_and_the_owner() -> None:
     owner = tenant("bob-dev", CS_BOB, created="2026-11-30T10:00:00Z")
     by_name = rival_refusal(tenant("bob-dev-2", CS_OTHER, tenant_name="bob-dev"), owner)
     assert isinstance(by_name, OwnershipConflict)
-    assert str(by_name) == 'tenantName "bob-dev" is already used by Tenant kubeopera-system/bob-dev'
+    assert str(by_name) == f'tenantName "bob-dev" is already used by Tenant {TENANT_NAMESPACE}/bob-dev'
     by_id = rival_refusal(tenant("carol", CS_BOB), owner)
     assert isinstance(by_id, OwnershipConflict)
-    assert str(by_id) == f'cloudSpaceID "{CS_BOB}" is already used by Tenant kubeopera-system/bob-dev'
+    assert str(by_id) == f'cloudSpaceID "{CS_BOB}" is already used by Tenant {TENANT_NAMESPACE}/bob-dev'
 
 
 def test_a_rival_being_deleted_is_waited_for() -> None:

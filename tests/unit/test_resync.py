@@ -19,15 +19,16 @@ from typing import Any
 import pytest
 from cloudevents.core.base import BaseCloudEvent
 from cloudevents.core.v1.event import CloudEvent
+from flask import Flask
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
-from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, decide, resync
+from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
 from shared import events
 from shared.errors import NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.http import Step, function_app
-from shared.kube import Rollout
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
 from testbed.local.ticker import ping_event
@@ -125,9 +126,7 @@ def current(kube: FakeKube, name: str = "bob-dev") -> dict[str, Any]:
 
 def booted(kube: FakeKube, tenant_name: str) -> None:
     """The StatefulSet rolled out and its pod is ready; vcluster wrote its kubeconfig Secret."""
-    ns, release = f"vcluster-{tenant_name}", f"vc-{tenant_name}"
-    kube.rollouts[(ns, release)] = Rollout(1, 1, 1, 1, 1)
-    kube.add_secret(ns, f"vc-{release}", {VCLUSTER_CONFIG_KEY: CONFIG + tenant_name.encode()}, {})
+    kube.boot_vcluster(tenant_name, CONFIG + tenant_name.encode())
 
 
 def provisioning(kube: FakeKube, helm: FakeHelm, name: str = "bob-dev", cs: str = CS_BOB) -> dict[str, Any]:
@@ -705,8 +704,13 @@ def test_notify_ignores_a_resend_for_an_older_generation(kube: FakeKube, helm: F
 # the HTTP layer with a tick step ----------------------------------------------------------------
 
 
-def post(step: Step, headers: dict[str, str], body: bytes) -> Any:
-    return function_app(step).test_client().post("/", headers=headers, data=body)
+def post(app: Flask, headers: dict[str, str], body: bytes) -> Any:
+    return app.test_client().post("/", headers=headers, data=body)
+
+
+def resync_app(kube: FakeKube, sink: FakeSink) -> Flask:
+    """The resync function as gunicorn serves it, on the stand-ins."""
+    return create_app(Runtime(settings=SETTINGS, kube=kube, sink=sink))
 
 
 def test_a_tick_step_answers_204_to_the_pingsources_event_without_a_tenant() -> None:
@@ -714,13 +718,13 @@ def test_a_tick_step_answers_204_to_the_pingsources_event_without_a_tenant() -> 
     step = Step(name="resync-unit-tick", accepts=frozenset({"dev.knative.sources.ping"}), tick=ticks.append)
     headers, body = ping_event(PINGSOURCE)  # exactly what the PingSource in eventing/ sends
 
-    response = post(step, headers, body)
+    response = post(function_app(step), headers, body)
 
     assert response.status_code == 204
     assert response.data == b""
     assert len(ticks) == 1
     assert ticks[0].get_type() == events.PING
-    assert ticks[0].get_source() == "/apis/v1/namespaces/kubeopera-system/pingsources/tenant-resync"
+    assert ticks[0].get_source() == f"/apis/v1/namespaces/{TENANT_NAMESPACE}/pingsources/tenant-resync"
     assert ticks[0].get_data() == {"reason": "periodic resync"}
 
 
@@ -734,7 +738,7 @@ def test_a_tick_step_answers_400_to_other_types(event_type: str) -> None:
     event = CloudEvent(attributes={"type": event_type, "source": "/test"}, data=data)
     headers, body = events.to_binary(event)
 
-    response = post(step, headers, body)
+    response = post(function_app(step), headers, body)
 
     assert response.status_code == 400
     assert response.json == {"error": f"resync-unit-tick does not handle events of type {event_type!r}"}
@@ -743,10 +747,9 @@ def test_a_tick_step_answers_400_to_other_types(event_type: str) -> None:
 
 def test_a_resync_tick_over_http_sends_with_the_deliverys_traceparent(kube: FakeKube, sink: FakeSink) -> None:
     kube.add_tenant(tenant_object("bob-dev", CS_BOB))
-    step = Step(name="resync-unit-http", accepts=frozenset({events.PING}), tick=lambda e: resync(kube, sink, SETTINGS))
     headers, body = ping_event(PINGSOURCE)
 
-    response = post(step, headers | {"traceparent": TRACEPARENT}, body)
+    response = post(resync_app(kube, sink), headers | {"traceparent": TRACEPARENT}, body)
 
     assert response.status_code == 204
     assert only_event(sink).get_type() == events.INSTALL
@@ -756,10 +759,9 @@ def test_a_resync_tick_over_http_sends_with_the_deliverys_traceparent(kube: Fake
 def test_a_resync_tick_whose_sink_fails_is_answered_503_for_redelivery(kube: FakeKube) -> None:
     kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     down = FakeSink(failure=TemporaryError("the broker answered 502 to io.kubeopera.tenant.install", retry_after=5))
-    step = Step(name="resync-unit-down", accepts=frozenset({events.PING}), tick=lambda e: resync(kube, down, SETTINGS))
     headers, body = ping_event(PINGSOURCE)
 
-    response = post(step, headers, body)
+    response = post(resync_app(kube, down), headers, body)
 
     assert (response.status_code, response.headers["Retry-After"]) == (503, "5")
     assert response.json == {"error": "the broker answered 502 to io.kubeopera.tenant.install"}

@@ -12,6 +12,8 @@ from shared import events
 from shared.errors import BadEvent, PermanentError
 from shared.tenant import COND_READY, Condition, Phase, StatusUpdate, Tenant, merge_conditions
 
+from .fakes import TENANT_NAMESPACE
+
 CS_ID = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
 
 
@@ -21,7 +23,7 @@ def tenant_object(**status: Any) -> dict[str, Any]:
         "kind": "Tenant",
         "metadata": {
             "name": "alice-default",
-            "namespace": "kubeopera-system",
+            "namespace": TENANT_NAMESPACE,
             "uid": "u-1",
             "generation": 3,
             "resourceVersion": "42",
@@ -39,7 +41,7 @@ def tenant_object(**status: Any) -> dict[str, Any]:
 def test_tenant_from_object() -> None:
     t = Tenant.from_object(tenant_object(phase="Provisioning", observedGeneration=2))
     assert (t.namespace, t.name, t.uid, t.generation, t.resource_version) == (
-        "kubeopera-system",
+        TENANT_NAMESPACE,
         "alice-default",
         "u-1",
         3,
@@ -109,7 +111,7 @@ def binary(event_type: str, data: dict[str, Any]) -> tuple[dict[str, str], bytes
 def test_apiserver_event_yields_the_tenant_ref() -> None:
     headers, body = binary(events.APISERVER_ADD, tenant_object())
     ref = events.tenant_ref(events.parse(headers, body))
-    assert (ref.namespace, ref.name, ref.uid, ref.generation) == ("kubeopera-system", "alice-default", "u-1", 3)
+    assert (ref.namespace, ref.name, ref.uid, ref.generation) == (TENANT_NAMESPACE, "alice-default", "u-1", 3)
 
 
 def test_structured_event_is_accepted() -> None:
@@ -133,11 +135,11 @@ def test_own_events_follow_the_contract_and_round_trip() -> None:
     event = events.make(events.KUBECONFIG_STORED, "store-kubeconfig", t.ref, kubeconfigSecret="s")
     headers, body = events.to_binary(event)
     assert headers["ce-source"] == "/kubeopera/tenants/store-kubeconfig"
-    assert headers["ce-subject"] == "kubeopera-system/alice-default"
+    assert headers["ce-subject"] == f"{TENANT_NAMESPACE}/alice-default"
     assert headers["content-type"] == "application/json"
     again = events.parse(headers, body)
     assert again.get_data() == {
-        "namespace": "kubeopera-system",
+        "namespace": TENANT_NAMESPACE,
         "name": "alice-default",
         "uid": "u-1",
         "generation": 3,

@@ -1,0 +1,160 @@
+"""Each function's ``create_app``, given a ``shared.runtime.Runtime`` made of the stand-ins
+(``tests/unit/fakes.py``): no environment variable is read and no connection is made, and one event
+goes through each app over HTTP, as the broker delivers it.
+
+The environment here is poisoned (an invalid ``KUBEOPERA_API_BASE_URL``, no kubeconfig, no helm),
+so an app that read it would fail to build. The chain install -> check-ready -> store-kubeconfig
+-> notify-api is driven by handing each app's reply to the next one, as the broker does.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cloudevents.core.base import BaseCloudEvent
+from cloudevents.core.v1.event import CloudEvent
+from flask import Flask
+from werkzeug.test import TestResponse
+
+from functions import check_ready, cleanup, dead_letter, install, notify_api, resync, store_kubeconfig
+from shared import events
+from shared.errors import ConfigError
+from shared.kubeopera_api import CloudSpaceUpdate
+from shared.naming import KUBECONFIG_KEY
+from shared.runtime import Runtime
+from shared.settings import Settings
+from shared.tenant import FINALIZER
+from testbed.local.ticker import ping_event
+
+from .fakes import (
+    TENANT_NAMESPACE,
+    FakeHelm,
+    FakeKube,
+    FakeKubeoperaApi,
+    FakeSink,
+    apiserver_event,
+    deliver,
+    ref_of,
+    tenant_object,
+)
+
+SETTINGS = Settings()
+CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
+BOB_NS, BOB_RELEASE, BOB_SECRET = "vcluster-bob-dev", "vc-bob-dev", f"tenant-{CS_BOB}-kubeconfig"
+CONFIG = b"apiVersion: v1\nkind: Config\n"
+PINGSOURCE = Path(__file__).resolve().parents[2] / "eventing" / "resync-pingsource.yaml"
+CREATE_APPS: dict[str, Callable[..., Flask]] = {
+    "install": install.create_app,
+    "check_ready": check_ready.create_app,
+    "store_kubeconfig": store_kubeconfig.create_app,
+    "notify_api": notify_api.create_app,
+    "dead_letter": dead_letter.create_app,
+    "cleanup": cleanup.create_app,
+    "resync": resync.create_app,
+}
+
+
+@pytest.fixture(autouse=True)
+def poisoned_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Settings.from_env would refuse this environment, and Kube.connect would find no cluster."""
+    monkeypatch.setenv("KUBEOPERA_API_BASE_URL", "not a URL")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setenv("HELM_EXECUTABLE", str(tmp_path / "no-helm"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("K_SINK", raising=False)
+
+
+def stand_ins(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi, sink: FakeSink | None = None) -> Runtime:
+    return Runtime(settings=SETTINGS, kube=kube, helm=helm, kubeopera_api=api, sink=sink or FakeSink(kube))
+
+
+def reply(response: TestResponse) -> BaseCloudEvent:
+    """The reply event of a 200 answer, as the broker reads it back."""
+    assert response.status_code == 200, response.json
+    return events.parse(dict(response.headers), response.data)
+
+
+def phase(kube: FakeKube) -> str | None:
+    tenant = kube.get_tenant(TENANT_NAMESPACE, "bob-dev")
+    assert tenant is not None, "the Tenant is gone"
+    return tenant.status.phase
+
+
+@pytest.mark.parametrize("name", sorted(CREATE_APPS))
+def test_without_a_runtime_create_app_reads_the_environment(name: str) -> None:
+    with pytest.raises(ConfigError, match="KUBEOPERA_API_BASE_URL"):
+        CREATE_APPS[name]()
+
+
+@pytest.mark.parametrize("name", sorted(CREATE_APPS))
+def test_with_a_runtime_every_app_builds_and_is_ready(
+    name: str, kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    client = CREATE_APPS[name](stand_ins(kube, helm, api)).test_client()
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    assert kube.calls == {} and kube.journal == [], "building an app touches nothing"
+
+
+def test_the_chain_from_install_to_notify_api(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
+    runtime = stand_ins(kube, helm, api)
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+
+    provisioning = reply(deliver(install.create_app(runtime), apiserver_event(obj, events.APISERVER_ADD)))
+    assert provisioning.get_type() == events.PROVISIONING
+    assert phase(kube) == "Provisioning"
+    assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
+
+    kube.boot_vcluster("bob-dev", CONFIG)
+    ready = reply(deliver(check_ready.create_app(runtime), provisioning))
+    assert ready.get_type() == events.READY
+
+    stored = reply(deliver(store_kubeconfig.create_app(runtime), ready))
+    assert stored.get_type() == events.KUBECONFIG_STORED
+    assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"] == {KUBECONFIG_KEY: CONFIG}
+
+    response = deliver(notify_api.create_app(runtime), stored)
+    assert response.status_code == 204
+    assert api.reports == [CloudSpaceUpdate(CS_BOB, BOB_RELEASE, BOB_NS, BOB_SECRET)]
+    assert phase(kube) == "Ready"
+
+
+def test_dead_letter_marks_the_tenant_failed(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
+    sent = events.make(events.PROVISIONING, "check-ready", ref_of(obj))
+    errors = {"knativeerrorcode": "503", "knativeerrordata": base64.b64encode(b'{"error": "boom"}').decode()}
+    gave_up = CloudEvent(attributes=sent.get_attributes() | errors, data=sent.get_data())
+
+    response = deliver(dead_letter.create_app(stand_ins(kube, helm, api)), gave_up)
+
+    assert response.status_code == 204
+    assert phase(kube) == "Failed"
+    assert kube.event("DeliveryFailed")["message"] == (
+        f"{events.PROVISIONING} could not be delivered to tenant-check-ready: last answer 503: boom"
+    )
+
+
+def test_cleanup_lets_a_deleted_tenant_go(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}, finalizers=[FINALIZER]))
+    deleting = kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
+    assert deleting is not None
+
+    response = deliver(cleanup.create_app(stand_ins(kube, helm, api)), apiserver_event(deleting))
+
+    assert response.status_code == 204
+    assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None
+    assert api.reports == [CloudSpaceUpdate(CS_BOB, BOB_RELEASE, BOB_NS, BOB_SECRET, "deleted")]
+
+
+def test_resync_redrives_a_tenant_on_the_tick(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
+    sink = FakeSink(kube)
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    headers, body = ping_event(PINGSOURCE)
+
+    response = resync.create_app(stand_ins(kube, helm, api, sink)).test_client().post("/", headers=headers, data=body)
+
+    assert response.status_code == 204
+    assert [(e.get_type(), events.tenant_ref(e)) for e in sink.sent] == [(events.INSTALL, ref_of(obj))]
