@@ -19,12 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shared.naming import DEFAULT_TENANT_NAMESPACE
+
 from .manifests import DEPLOY, RBAC, documents
 
 pytestmark = pytest.mark.integration
 
 POLICY = DEPLOY / "base" / "policy" / "tenant-install-scope.yaml"
-NAMESPACE = "kubeopera-system"
+NAMESPACE = DEFAULT_TENANT_NAMESPACE
 IMPERSONATE = [
     "--as=system:serviceaccount:kubeopera-system:tenant-install",
     "--as-group=system:serviceaccounts",

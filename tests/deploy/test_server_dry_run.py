@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shared.naming import DEFAULT_TENANT_NAMESPACE
 from testbed import toolchain
 
 from .manifests import CONFIG_FEATURES_PATCH, DEPLOY, OVERLAYS, documents, file_documents
@@ -30,7 +31,7 @@ KNATIVE_CRD_FOLDERS = {
     ("knative.dev/eventing", toolchain.KNATIVE_EVENTING_VERSION): "config/core/resources",
     ("knative.dev/serving", toolchain.KNATIVE_SERVING_VERSION): "config/core/300-resources",
 }
-NAMESPACES = ("kubeopera-system", "knative-eventing")
+NAMESPACES = (DEFAULT_TENANT_NAMESPACE, "knative-eventing")
 
 
 def module_dir(module: str, version: str) -> Path:

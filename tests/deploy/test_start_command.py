@@ -33,7 +33,7 @@ import pytest
 from testbed import toolchain
 from testbed.registry import CHART_DIR
 
-from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, SERVICES, file_documents, objects_of
+from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, SERVICES, dockerfile_env, file_documents, objects_of
 
 HELM_HOME = "/var/lib/kubeopera/helm"
 START_TIMEOUT = 60.0
@@ -78,6 +78,11 @@ def _environment(service: dict[str, Any], site: Path, work: Path, port: int) -> 
         "PORT": str(port),  # Knative sets it from the container port
         "K_SERVICE": service["metadata"]["name"],
     }
+    # The image's ENV (helm's folders and the chart cache among it), then the ConfigMap's settings
+    # and the Service's own env, as the container sees them; helm's home remapped into tmp.
+    for name, value in dockerfile_env().items():
+        if name not in ("HOME", "PORT"):
+            env[name] = value.replace(HELM_HOME, str(work / "helm"))
     env.update(config["data"])
     for item in container.get("env", []):
         if "value" in item:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from shared.cli import status_table
+from shared.naming import DEFAULT_TENANT_NAMESPACE
 
 
 def obj(name: str, created: str, **status: str) -> dict[str, object]:
-    return {"metadata": {"namespace": "kubeopera-system", "name": name, "creationTimestamp": created}, "status": status}
+    meta = {"namespace": DEFAULT_TENANT_NAMESPACE, "name": name, "creationTimestamp": created}
+    return {"metadata": meta, "status": status}
 
 
 def test_table_lists_phase_vcluster_age_and_message_sorted_by_name() -> None:
