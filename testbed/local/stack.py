@@ -11,17 +11,19 @@ end-to-end tests and the benchmarks run.
    (:mod:`testbed.knative.eventing`), with ``eventing/config-features-patch.yaml`` applied;
 3. the kubelet stand-in, which runs the Deployments Knative's controllers make for the sources
    (the ApiServerSource's adapter, the PingSource's ``mtping``) as host processes, with exactly
-   the environment and ServiceAccount the controller wrote into them;
+   the environment and ServiceAccount the controller wrote into them (:mod:`.kubelet_images`);
 4. ``deploy/crd``, then ``deploy/base`` as kustomize builds it (RBAC, admission policies, the
    Knative Services, and all of ``eventing/``: Broker, Triggers, ApiServerSource, PingSource,
    SinkBinding), unchanged, after ``tools/knative-check`` did what Knative's webhook would do
-   (``SetDefaults`` then ``Validate``);
+   (``SetDefaults`` then ``Validate``) (:mod:`.manifests`);
 5. the kubeopera-api stand-in, unless ``kubeopera_api_url`` is given;
-6. each function under gunicorn with the container image's own command and a token of its own
-   ServiceAccount, and the Knative Serving stand-in, which marks each Knative Service Ready at its
-   cluster address and routes that address to the function's port; Knative Eventing then resolves
-   the Triggers' subscribers by itself. tenant-resync gets ``K_SINK`` = the Broker's address, what
-   the SinkBinding would inject (its reconciler lives in Knative's webhook, which does not run here);
+6. each function of a Knative Service in ``deploy/base`` under gunicorn with the container image's
+   own command and a token of its own ServiceAccount (:mod:`.function_processes`,
+   :mod:`.identities`), and the Knative Serving stand-in, which marks each Knative Service Ready at
+   its cluster address and routes that address to the function's port; Knative Eventing then
+   resolves the Triggers' subscribers by itself. tenant-resync gets ``K_SINK`` = the Broker's
+   address, what the SinkBinding would inject (its reconciler lives in Knative's webhook, which
+   does not run here);
 7. the vCluster stand-in;
 8. one resync tick at start (:meth:`Stack.tick`), so a Tenant created while nothing ran is picked
    up; the PingSource's own schedule (every 5 minutes) is run by the real ``mtping``.
@@ -39,72 +41,35 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import requests
 import yaml
 
 from testbed import controlplane as cp_mod
-from testbed.knative.adapter import AdapterConfig, AdapterReadyProbe
-from testbed.knative.broker_watch import BrokerWatch, Route
-from testbed.knative.eventing import KO, KnativeEventing, start_eventing
-from testbed.knative.eventing import host as knative_host
+from testbed.knative.broker_watch import BrokerWatch
+from testbed.knative.eventing import KnativeEventing, host, start_eventing
+from testbed.knative.kubectl import kubectl
+from testbed.local.errors import StackError
+from testbed.local.function_processes import function_specs, port_of, start_functions, start_replica, url_of
+from testbed.local.identities import Identities
+from testbed.local.kubelet_images import kubelet_images
+from testbed.local.manifests import BROKER, SOURCE, TENANT_NAMESPACE, admitted_manifests, function_modules, routes
+from testbed.local.options import StackOptions
+from testbed.local.project import CHART_DIR, project_path
 from testbed.local.ticker import ping_event
-from testbed.processes import (
-    HttpProbe,
-    LogProbe,
-    ManagedProcess,
-    ProcessSpec,
-    Supervisor,
-    free_port,
-    run,
-    wait_ready,
-)
-from testbed.registry import helm_env, push_chart, start_registry
+from testbed.processes import ManagedProcess, ProcessSpec, Supervisor
+from testbed.registry import push_chart, start_registry
 from testbed.standins import serving as serving_standin
-from testbed.standins.kubelet import Image, KubeletStandIn
+from testbed.standins.kubelet import KubeletStandIn
 from testbed.standins.kubeopera_api import ApiStandIn
 from testbed.standins.service_proxy import ServiceProxy
-from testbed.toolchain import Toolchain, ensure_all, knative_check
+from testbed.toolchain import Toolchain, ensure_all
 
-TENANT_NAMESPACE = "kubeopera-system"
-BROKER = "default"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CHART_DIR = Path(__file__).resolve().parents[1] / "chart"
+__all__ = ["TENANT_NAMESPACE", "Stack", "StackError", "StackOptions", "project_path", "routes", "start_stack"]
 
-# Knative Service name -> Python module in functions/ (the Services in deploy/base/services).
-FUNCTIONS: Mapping[str, str] = {
-    "tenant-install": "install",
-    "tenant-check-ready": "check_ready",
-    "tenant-store-kubeconfig": "store_kubeconfig",
-    "tenant-notify-api": "notify_api",
-    "tenant-dead-letter": "dead_letter",
-    "tenant-cleanup": "cleanup",
-    "tenant-resync": "resync",
-}
-SOURCE = "tenant-source"  # the ApiServerSource in eventing/, and its ServiceAccount
 ADAPTER_DEPLOYMENT_PREFIX = f"apiserversource-{SOURCE}-"
-
-
-class StackError(RuntimeError):
-    """The local pipeline could not start; the message says which part and why."""
-
-
-@dataclass(frozen=True)
-class StackOptions:
-    kubeopera_api_url: str | None = None
-    api_token: str = field(default="", repr=False)
-    vcluster_boot_seconds: float = 20.0
-    vcluster_never_boot: str = ""  # releases matching this regular expression never boot
-    ready_poll_seconds: int = 15
-    cleanup_poll_seconds: int = 5
-    resync_at_start: bool = True  # one tick once everything is up (the PingSource's schedule is every 5 min)
-    stuck_release_seconds: int = 180
-    provision_timeout_seconds: int = 600
-    run_dir: Path | None = None
-    log_level: str = "INFO"
 
 
 @dataclass(frozen=True)
@@ -120,6 +85,7 @@ class Stack:
     broker_address: str  # the Broker's status.address.url (a cluster name, through the proxy)
     api: ApiStandIn | None
     api_url: str
+    functions: Mapping[str, str]  # Knative Service name -> its module in functions/, from deploy/base
     function_urls: Mapping[str, str]
     function_kubeconfigs: Mapping[str, Path]
     chart_ref: str
@@ -173,67 +139,7 @@ class Stack:
         """One more process of a function, as another pod of its Knative Service would be (same
         environment and identity, its own port); returns it and its URL. The broker keeps
         delivering to the first one; tests post to this one directly."""
-        spec = self.function_specs[service]
-        port = free_port()
-        env = dict(spec.env, PORT=str(port))
-        replica = replace(spec, name=f"{service}-2", env=env)
-        process = self.supervisor.start(replica, HttpProbe(f"http://127.0.0.1:{port}/readyz"), ready_timeout=120.0)
-        return process, f"http://127.0.0.1:{port}/"
-
-
-def kubectl(tools: Toolchain, kubeconfig: Path, *args: str, input: str | None = None) -> str:
-    return run([str(tools.kubectl), f"--kubeconfig={kubeconfig}", *args], input=input, timeout=180).stdout
-
-
-def project_path(*parts: str) -> Path:
-    path = PROJECT_ROOT.joinpath(*parts)
-    if not path.exists():
-        raise StackError(f"{path} is missing: run from a clone of kubeopera-tenants (pip install -e .)")
-    return path
-
-
-def gunicorn_command(module: str) -> list[str]:
-    """The container image's start command (Dockerfile ENTRYPOINT + the Service's args)."""
-    gunicorn = Path(sys.executable).with_name("gunicorn")
-    if not gunicorn.exists():
-        found = shutil.which("gunicorn")
-        if found is None:
-            raise StackError("gunicorn is not installed next to this Python: pip install -e .")
-        gunicorn = Path(found)
-    return [str(gunicorn), "-c", "python:functions.gunicorn_conf", f"functions.{module}:create_app()"]
-
-
-def admitted_manifests(tools: Toolchain, run_dir: Path) -> Path:
-    """``deploy/base`` as kustomize builds it, each Knative object as Knative's webhook would store it
-    (``tools/knative-check``: ``SetDefaults`` then ``Validate``, with the cluster's eventing feature
-    flags and Broker defaults); written to a file under ``run_dir``, whose path is returned."""
-    built = kubectl(tools, Path(os.devnull), "kustomize", str(project_path("deploy", "base")))
-    emitted = run_dir / "deploy-base.checked.yaml"
-    cluster_config = [
-        tools.knative_config / "eventing" / "core" / "configmaps" / "default-broker.yaml",
-        project_path("eventing", "config-features-patch.yaml"),
-    ]
-    checked = run([knative_check(), "--emit", emitted, *cluster_config, "-"], input=built, check=False)
-    if checked.returncode != 0:
-        raise StackError(f"Knative's validation refused deploy/base:\n{checked.stdout}{checked.stderr}")
-    ours = [
-        doc
-        for doc in yaml.safe_load_all(emitted.read_text())
-        if doc and doc["metadata"].get("namespace") != "knative-eventing"  # the cluster's config, given as input
-    ]
-    admitted = run_dir / "deploy-base.admitted.yaml"
-    admitted.write_text(yaml.safe_dump_all(ours))
-    return admitted
-
-
-def routes(manifests: list[dict[str, Any]]) -> list[Route]:
-    """Each Trigger of the Broker, with the delivery that applies to it."""
-    broker = next(d for d in manifests if d["kind"] == "Broker" and d["metadata"]["name"] == BROKER)
-    return [
-        Route.from_trigger(doc, broker["spec"].get("delivery") or {})
-        for doc in manifests
-        if doc["kind"] == "Trigger" and doc["spec"]["broker"] == BROKER
-    ]
+        return start_replica(self.supervisor, self.function_specs[service], f"{service}-2")
 
 
 @contextlib.contextmanager
@@ -253,25 +159,11 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             eventing = stack.enter_context(
                 start_eventing(tools, admin, sup, proxy, project_path("eventing", "config-features-patch.yaml"))
             )
-            identities = _Identities(control_plane, run_dir / "identities")
+            identities = Identities(control_plane, run_dir / "identities")
             kubelet = KubeletStandIn(
                 admin,
                 sup,
-                {
-                    KO + "apiserver_receive_adapter": Image(
-                        binary=tools.apiserver_adapter,
-                        args=("-v=2",),  # client-go logs "Caches populated": the readiness check below
-                        probe=lambda env: AdapterReadyProbe(AdapterConfig.from_environment(env)),
-                    ),
-                    KO + "mtping": Image(
-                        binary=tools.knative / "mtping", probe=lambda env: LogProbe.matching("Started workers")
-                    ),
-                    KO + "in_memory/channel_dispatcher": Image(
-                        running=lambda: (
-                            "imc-dispatcher" in eventing.processes and eventing.processes["imc-dispatcher"].running()
-                        )
-                    ),
-                },
+                kubelet_images(tools, eventing),
                 identities.kubeconfig,
                 {k: v for k, v in eventing.pod_environment().items() if k != "KUBECONFIG"},
             )
@@ -282,33 +174,26 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             kubectl(tools, admin, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
             admitted = admitted_manifests(tools, run_dir)
             manifests = [doc for doc in yaml.safe_load_all(admitted.read_text()) if doc]
+            functions = function_modules(manifests)
             kubectl(tools, admin, "apply", "-f", str(admitted))
             # The Broker's address, known before it is Ready: its delivery's dead-letter sink is a
             # function, so the Broker becomes Ready only once the functions are served.
-            broker_address = f"http://{knative_host('broker-ingress')}/{TENANT_NAMESPACE}/{BROKER}"
+            broker_address = f"http://{host('broker-ingress')}/{TENANT_NAMESPACE}/{BROKER}"
 
-            kubeconfigs = {name: identities.kubeconfig(TENANT_NAMESPACE, name) for name in [*FUNCTIONS, SOURCE]}
+            kubeconfigs = {name: identities.kubeconfig(TENANT_NAMESPACE, name) for name in [*functions, SOURCE]}
             api: ApiStandIn | None = None
             api_url = options.kubeopera_api_url or ""
             if not api_url:
                 api = stack.enter_context(ApiStandIn())
                 api_url = api.url
 
-            urls: dict[str, str] = {}
-            ports: dict[str, int] = {}
-            specs: dict[str, ProcessSpec] = {}
-            for service, module in FUNCTIONS.items():
-                ports[service] = port = free_port()
-                env = _function_env(options, tools, run_dir, service, chart_ref, api_url, port, kubeconfigs[service])
-                env.update(_cluster_network(proxy))
-                env["K_SINK"] = broker_address  # what the SinkBinding in eventing/ injects into tenant-resync
-                specs[service] = ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir)
-                urls[service] = f"http://127.0.0.1:{port}/"
-            # All at once, as a Knative Service's pods start: they import the same modules side by side.
-            started = {service: sup.start(spec) for service, spec in specs.items()}
-            for service, process in started.items():
-                wait_ready(process, HttpProbe(f"{urls[service]}readyz"), timeout=120.0)
-            serving_standin.publish(admin, proxy, TENANT_NAMESPACE, ports)
+            specs = function_specs(
+                options, tools, run_dir, functions, kubeconfigs, chart_ref, api_url, proxy, broker_address
+            )
+            start_functions(sup, specs)
+            serving_standin.publish(
+                admin, proxy, TENANT_NAMESPACE, {service: port_of(spec) for service, spec in specs.items()}
+            )
             broker = eventing.wait_ready(TENANT_NAMESPACE, "broker", BROKER)
             if broker["status"]["address"]["url"] != broker_address:
                 raise StackError(f"the Broker's address is {broker['status']['address']['url']}, not {broker_address}")
@@ -316,22 +201,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 if doc["kind"] in ("Trigger", "ApiServerSource", "PingSource"):
                     eventing.wait_ready(TENANT_NAMESPACE, doc["kind"].lower(), doc["metadata"]["name"])
 
-            sup.start(
-                ProcessSpec(
-                    name="vcluster-standin",
-                    argv=(
-                        sys.executable,
-                        "-m",
-                        "testbed.standins.vcluster",
-                        "--kubeconfig",
-                        str(admin),
-                        "--boot-seconds",
-                        str(options.vcluster_boot_seconds),
-                        "--never-boot",
-                        options.vcluster_never_boot,
-                    ),
-                )
-            )
+            sup.start(_vcluster_standin(admin, options))
             result = Stack(
                 admin_kubeconfig=admin,
                 run_dir=run_dir,
@@ -342,7 +212,8 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 broker_address=broker_address,
                 api=api,
                 api_url=api_url,
-                function_urls=urls,
+                functions=functions,
+                function_urls={service: url_of(spec) for service, spec in specs.items()},
                 function_kubeconfigs=kubeconfigs,
                 chart_ref=chart_ref,
                 tools=tools,
@@ -359,66 +230,19 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _cluster_network(proxy: ServiceProxy) -> dict[str, str]:
-    """A pod's view of the cluster network: Service names through the proxy, loopback direct."""
-    return {
-        "HTTP_PROXY": proxy.url,
-        "http_proxy": proxy.url,
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-    }
-
-
-class _Identities:
-    """A kubeconfig per ServiceAccount, with a token from the TokenRequest API (a pod's projected token)."""
-
-    def __init__(self, control_plane: cp_mod.ControlPlane, folder: Path) -> None:
-        self._cp = control_plane
-        self._folder = folder
-        self._made: dict[tuple[str, str], Path] = {}
-
-    def kubeconfig(self, namespace: str, account: str) -> Path:
-        if (namespace, account) not in self._made:
-            self._folder.mkdir(parents=True, exist_ok=True)
-            token = cp_mod.request_token(self._cp, namespace, account, duration="24h")
-            self._made[(namespace, account)] = cp_mod.kubeconfig_for_token(
-                self._cp,
-                token,
-                self._folder / f"{namespace}.{account}.kubeconfig",
-                user=f"system:serviceaccount:{namespace}:{account}",
-            )
-        return self._made[(namespace, account)]
-
-
-def _function_env(
-    options: StackOptions,
-    tools: Toolchain,
-    run_dir: Path,
-    service: str,
-    chart_ref: str,
-    api_url: str,
-    port: int,
-    kubeconfig: Path,
-) -> dict[str, str]:
-    env = helm_env(run_dir / "helm" / service)
-    env.update(
-        {
-            "PORT": str(port),
-            "KUBECONFIG": str(kubeconfig),
-            "VCLUSTER_CHART": chart_ref,
-            "VCLUSTER_CHART_VERSION": "0.21.2",
-            "HELM_EXECUTABLE": str(tools.helm),
-            "CHART_CACHE_DIR": str(run_dir / "charts" / service),
-            "KUBEOPERA_API_BASE_URL": api_url,
-            "INTERNAL_SERVICE_TOKEN": options.api_token,
-            "ENVIRONMENT": "local",
-            "READY_POLL_SECONDS": str(options.ready_poll_seconds),
-            "CLEANUP_POLL_SECONDS": str(options.cleanup_poll_seconds),
-            "STUCK_RELEASE_SECONDS": str(options.stuck_release_seconds),
-            "PROVISION_TIMEOUT_SECONDS": str(options.provision_timeout_seconds),
-            "LOG_LEVEL": options.log_level,
-            "GUNICORN_THREADS": "4",
-            "PYTHONUNBUFFERED": "1",
-        }
+def _vcluster_standin(admin: Path, options: StackOptions) -> ProcessSpec:
+    """The vCluster stand-in (:mod:`testbed.standins.vcluster`) as a process."""
+    return ProcessSpec(
+        name="vcluster-standin",
+        argv=(
+            sys.executable,
+            "-m",
+            "testbed.standins.vcluster",
+            "--kubeconfig",
+            str(admin),
+            "--boot-seconds",
+            str(options.vcluster_boot_seconds),
+            "--never-boot",
+            options.vcluster_never_boot,
+        ),
     )
-    return env

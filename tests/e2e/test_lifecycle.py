@@ -25,7 +25,7 @@ import yaml
 
 from shared.kube import Kube
 from shared.tenant import Tenant
-from testbed.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
 from .rbac_usage import unused_rules
 from .support import exists, helm, kubectl_as, legacy_namespace, phase_of, tenant_events, tenant_yaml, wait_for
@@ -375,7 +375,7 @@ def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
     deploy/base/rbac. tenant-resync's rules are checked by tests/e2e/test_faults.py, where it
     does its work."""
     assert pipeline.control_plane is not None
-    services = [s for s in FUNCTIONS if s != "tenant-resync"]
+    services = [s for s in pipeline.functions if s != "tenant-resync"]
     assert unused_rules(pipeline.control_plane.audit_log, services) == {}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,7 +82,7 @@ class Output:
 
 
 def test_local_runs_the_pipeline_and_stops_clean_on_sigint(tmp_path: Path) -> None:
-    assert COMMAND.exists(), "the console script is installed with the package (pip install -e .)"
+    assert COMMAND.exists(), "the console script comes with the runtime (pip install -e .), `local` with ./testbed"
     kubectl = ensure_all().kubectl
     kubeconfig = tmp_path / "admin.kubeconfig"
     receiver = ApiStandIn()
@@ -177,12 +178,27 @@ def test_local_runs_the_pipeline_and_stops_clean_on_sigint(tmp_path: Path) -> No
         receiver.stop()
 
 
+def help_options(text: str) -> set[str]:
+    """The options a help text names, each as a whole token (``--kubeconfig-out`` is not ``--kubeconfig``)."""
+    return set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", text))
+
+
 def test_help_documents_the_options() -> None:
+    """``local`` is added to the operator's command by the test bed's entry point, beside the
+    runtime's ``status`` and ``retry``; its help names each of its options, and no ``--kubeconfig``
+    (it starts its own cluster, see docs/design-notes.md)."""
+    top = subprocess.run([str(COMMAND), "--help"], text=True, capture_output=True, check=True)
+    commands = re.search(r"\{([\w,-]+)\}", top.stdout)
+    assert commands is not None, top.stdout
+    assert {"status", "retry", "local"} <= set(commands[1].split(",")), top.stdout
+
     result = subprocess.run([str(COMMAND), "local", "--help"], text=True, capture_output=True, check=True)
+    options = help_options(result.stdout)
     for option in (
         "--kubeconfig-out",
         "--kubeopera-api-url",
         "--no-example",
         "--vcluster-boot-seconds",
     ):
-        assert option in result.stdout
+        assert option in options, result.stdout
+    assert "--kubeconfig" not in options, result.stdout

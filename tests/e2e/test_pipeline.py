@@ -24,7 +24,8 @@ from shared.cli import main as cli_main
 from shared.kube import Kube
 from shared.tenant import Tenant
 from shared.values import vcluster_values
-from testbed.local.stack import FUNCTIONS, TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
+from testbed.local.manifests import declared_functions
+from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 
 from .support import helm, kubectl_as, legacy_namespace, patch_tenant, phase_of, tenant_yaml, wait_for
 
@@ -239,7 +240,7 @@ def test_tenant_name_and_cloud_space_id_are_immutable(pipeline: Stack, alice: Te
         assert result.returncode != 0 and message in result.stderr
 
 
-@pytest.mark.parametrize("service", sorted(FUNCTIONS))
+@pytest.mark.parametrize("service", sorted(declared_functions()))
 def test_garbage_to_each_function_is_400_and_changes_nothing(
     pipeline: Stack, kube: Kube, alice: Tenant, service: str
 ) -> None:

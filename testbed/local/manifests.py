@@ -1,0 +1,91 @@
+"""``deploy/base`` as the local stack applies it, and what the stack reads off it: the functions
+(each Knative Service and the module its container starts) and the Broker's routes (each Trigger
+with its delivery).
+
+What is applied is ``deploy/base`` as kustomize builds it, each Knative object as Knative's webhook
+would store it: ``tools/knative-check`` runs ``SetDefaults`` then ``Validate`` with the cluster's
+eventing feature flags and Broker defaults (the webhook does not run here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared.naming import DEFAULT_TENANT_NAMESPACE
+from testbed.knative.broker_watch import Route
+from testbed.knative.kubectl import kubectl
+from testbed.local.errors import StackError
+from testbed.local.project import project_path
+from testbed.processes import run
+from testbed.toolchain import Toolchain, knative_check
+
+TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE  # where deploy/base and eventing/ put everything
+BROKER = "default"
+SOURCE = "tenant-source"  # the ApiServerSource in eventing/, and its ServiceAccount
+
+# A function's Knative Service starts the image with one argument, the gunicorn app of its module.
+_APP_ARGUMENT = re.compile(r"functions\.(?P<module>\w+):create_app\(\)")
+
+
+def admitted_manifests(tools: Toolchain, run_dir: Path) -> Path:
+    """``deploy/base`` as kustomize builds it, each Knative object as Knative's webhook would store it
+    (``tools/knative-check``: ``SetDefaults`` then ``Validate``, with the cluster's eventing feature
+    flags and Broker defaults); written to a file under ``run_dir``, whose path is returned."""
+    built = kubectl(tools, Path(os.devnull), "kustomize", str(project_path("deploy", "base")))
+    emitted = run_dir / "deploy-base.checked.yaml"
+    cluster_config = [
+        tools.knative_config / "eventing" / "core" / "configmaps" / "default-broker.yaml",
+        project_path("eventing", "config-features-patch.yaml"),
+    ]
+    checked = run([knative_check(), "--emit", emitted, *cluster_config, "-"], input=built, check=False)
+    if checked.returncode != 0:
+        raise StackError(f"Knative's validation refused deploy/base:\n{checked.stdout}{checked.stderr}")
+    ours = [
+        doc
+        for doc in yaml.safe_load_all(emitted.read_text())
+        if doc and doc["metadata"].get("namespace") != "knative-eventing"  # the cluster's config, given as input
+    ]
+    admitted = run_dir / "deploy-base.admitted.yaml"
+    admitted.write_text(yaml.safe_dump_all(ours))
+    return admitted
+
+
+def routes(manifests: list[dict[str, Any]]) -> list[Route]:
+    """Each Trigger of the Broker, with the delivery that applies to it."""
+    broker = next(d for d in manifests if d["kind"] == "Broker" and d["metadata"]["name"] == BROKER)
+    return [
+        Route.from_trigger(doc, broker["spec"].get("delivery") or {})
+        for doc in manifests
+        if doc["kind"] == "Trigger" and doc["spec"]["broker"] == BROKER
+    ]
+
+
+def function_modules(manifests: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Knative Service name -> the module in functions/ it serves, read from each Service's container
+    args (``["functions.<module>:create_app()"]``); ``StackError`` for a Service that has other args."""
+    found: dict[str, str] = {}
+    for doc in manifests:
+        if (doc.get("apiVersion"), doc.get("kind")) != ("serving.knative.dev/v1", "Service"):
+            continue
+        name = doc["metadata"]["name"]
+        args = doc["spec"]["template"]["spec"]["containers"][0].get("args") or []
+        matched = _APP_ARGUMENT.fullmatch(args[0]) if len(args) == 1 else None
+        if matched is None:
+            raise StackError(f"Knative Service {name}: args {args} name no function (functions.<module>:create_app())")
+        found[name] = matched["module"]
+    return found
+
+
+def declared_functions() -> dict[str, str]:
+    """:func:`function_modules` of the files in ``deploy/base/services`` as they are (no kustomize, no
+    stack): for what must be known before a stack runs, e.g. a test's parameters."""
+    folder = project_path("deploy", "base", "services")
+    return function_modules(
+        doc for path in sorted(folder.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc
+    )

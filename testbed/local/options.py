@@ -1,0 +1,21 @@
+"""What a local stack can be asked for: the knobs of ``start_stack``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    kubeopera_api_url: str | None = None
+    api_token: str = field(default="", repr=False)
+    vcluster_boot_seconds: float = 20.0
+    vcluster_never_boot: str = ""  # releases matching this regular expression never boot
+    ready_poll_seconds: int = 15
+    cleanup_poll_seconds: int = 5
+    resync_at_start: bool = True  # one tick once everything is up (the PingSource's schedule is every 5 min)
+    stuck_release_seconds: int = 180
+    provision_timeout_seconds: int = 600
+    run_dir: Path | None = None
+    log_level: str = "INFO"
