@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.naming import DEFAULT_TENANT_NAMESPACE
 from testbed.processes import (
     ManagedProcess,
     NotReadyError,
@@ -75,7 +76,7 @@ class AdapterConfig:
     all_namespaces: bool = False
     mode: str = MODE_RESOURCE
     name: str = "apiserversource"
-    namespace: str = "kubeopera-system"
+    namespace: str = DEFAULT_TENANT_NAMESPACE
     system_namespace: str = "knative-eventing"
     log_level: str = "info"
     ce_overrides: Mapping[str, str] = field(default_factory=dict)
@@ -106,7 +107,7 @@ class AdapterConfig:
             all_namespaces=bool(source.get("allNamespaces")),
             mode=source.get("mode", MODE_RESOURCE),
             name=env.get("NAME", "apiserversource"),
-            namespace=env.get("NAMESPACE", "kubeopera-system"),
+            namespace=env.get("NAMESPACE", DEFAULT_TENANT_NAMESPACE),
         )
 
     def source_config(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Is every RBAC rule of ``deploy/base/rbac`` used? Read from the API server's audit log.
 
 The test bed's audit policy records everything the product's ServiceAccounts do
-(``testbed/controlplane.py``). ``unused_rules`` compares that with the rules each
+(``testbed/controlplane/startup.py``). ``unused_rules`` compares that with the rules each
 function's Role and ClusterRole grant. A few rules cannot show up in a run, each listed in
 ``NOT_EXERCISED_HERE`` with its reason. Events' get and patch fold a repeated Event into a count:
 every function records Events through the same code (``Kube.record_event``), so the fold has to
