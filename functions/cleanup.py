@@ -32,7 +32,7 @@ from typing import Any
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import claims, events, logs
+from shared import claims, events
 from shared.errors import NamespaceTerminating, NotReadyYet
 from shared.helm import Helm
 from shared.http import Step, function_app
@@ -149,8 +149,7 @@ def _tell_kubeopera_api(kube: Kube, api: KubeoperaApi, tenant: Tenant) -> None:
         log.info("another Tenant claims this cloudSpaceID; kubeopera-api is not told it is deleted")
         return
     result = api.report(
-        CloudSpaceUpdate(names.cloud_space_id, names.release, names.namespace, names.kubeconfig_secret, "deleted"),
-        traceparent=logs.current("traceparent"),
+        CloudSpaceUpdate(names.cloud_space_id, names.release, names.namespace, names.kubeconfig_secret, "deleted")
     )
     if not result.delivered:
         log.warning("kubeopera-api deletion callback failed; cleanup goes on", extra={"detail": result.detail})

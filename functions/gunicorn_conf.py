@@ -21,7 +21,8 @@ the Knative Service decides:
   for none, since the probes would fill it and queue-proxy can log requests itself.
 - ``LOG_LEVEL`` (default INFO): gunicorn's own error log level, on stderr.
 
-Pure standard library, no side effects beyond reading the environment at import.
+Pure standard library, no side effects beyond reading the environment at import; the
+``worker_exit`` hook flushes the worker's spans (``shared.tracing``).
 """
 
 from __future__ import annotations
@@ -66,3 +67,10 @@ loglevel: str = os.environ.get("LOG_LEVEL", "INFO").strip().lower() or "info"
 proc_name: str = os.environ.get("K_SERVICE", "kubeopera-tenants")
 # Build the app in each worker, after fork: no client or thread is shared across processes.
 preload_app: bool = False
+
+
+def worker_exit(server: object, worker: object) -> None:
+    """A worker stops (SIGTERM, a restart): send the spans it still holds."""
+    from shared import tracing
+
+    tracing.shutdown()

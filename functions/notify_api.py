@@ -16,7 +16,7 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import events, logs
+from shared import events
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
@@ -56,8 +56,7 @@ def handle(kube: Kube, api: KubeoperaApi, ref: TenantRef) -> BaseCloudEvent | No
             vcluster_id=names.release,
             namespace=names.namespace,
             kubeconfig_secret=names.kubeconfig_secret,
-        ),
-        traceparent=logs.current("traceparent"),
+        )
     )
     if result.delivered:
         callback = Condition(COND_CALLBACK, "True", "Delivered", f"kubeopera-api {result.detail}", tenant.generation)

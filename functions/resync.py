@@ -162,7 +162,7 @@ def _redrive(kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action:
         )
         action = Redrive.INSTALL
     extra = {"kubeconfigSecret": names.kubeconfig_secret} if action == Redrive.NOTIFY else {}
-    sink.send(events.make(action.value, NAME, tenant.ref, **extra), traceparent=logs.current("traceparent"))
+    sink.send(events.make(action.value, NAME, tenant.ref, **extra))
 
 
 def create_app(runtime: Runtime | None = None) -> Flask:

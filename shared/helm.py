@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import pyhelm3
 from pyhelm3 import errors as helm_errors
 
+from shared import tracing
 from shared.errors import PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,9 @@ class Helm:
         """The pinned chart, pulled once into the cache folder (thread-safe)."""
         with self._chart_lock:
             if self._chart is None:
-                self._chart = _run(self._load_chart())
+                pinned = {"helm.chart": self._chart_ref, "helm.chart_version": self._chart_version}
+                with tracing.span("helm pull", pinned):
+                    self._chart = _run(self._load_chart())
             return self._chart
 
     async def _load_chart(self) -> Any:
@@ -142,13 +145,14 @@ class Helm:
 
     def release(self, name: str, namespace: str) -> ReleaseState | None:
         """The release's current revision and status (``helm status``), or None if there is none."""
-        try:
-            revision = _run(self._client.get_current_revision(name, namespace=namespace))
-        except helm_errors.ReleaseNotFoundError:
-            return None
-        except helm_errors.Error as err:
-            raise _classify(f"helm status {namespace}/{name}", err) from None
-        return _state(name, namespace, revision)
+        with tracing.span("helm status", _release_attributes(name, namespace)):
+            try:
+                revision = _run(self._client.get_current_revision(name, namespace=namespace))
+            except helm_errors.ReleaseNotFoundError:
+                return None
+            except helm_errors.Error as err:
+                raise _classify(f"helm status {namespace}/{name}", err) from None
+            return _state(name, namespace, revision)
 
     async def _current(self, name: str, namespace: str) -> tuple[Any, dict[str, Any]] | None:
         """The current revision and its user-supplied values, or None if there is no release."""
@@ -211,7 +215,10 @@ class Helm:
         ``guard`` sees the values of the release as it is (None: there is none) before anything
         is changed, and raises to refuse (the ownership check); it runs under the release lock.
         """
-        with self._release_lock(namespace, name):
+        with (
+            tracing.span("helm upgrade --install", _release_attributes(name, namespace)) as span,
+            self._release_lock(namespace, name),
+        ):
             what = f"helm upgrade --install {namespace}/{name}"
             try:
                 found = _run(self._current(name, namespace))
@@ -222,6 +229,7 @@ class Helm:
                 if found is not None and not (reapply is not None and reapply()):
                     unchanged = _run(self._unchanged(name, namespace, found[0], found[1], values))
                     if unchanged is not None:
+                        span.set_attribute("helm.outcome", "unchanged")
                         return unchanged
                 chart = self.chart()
                 revision = _run(
@@ -232,6 +240,8 @@ class Helm:
             except helm_errors.Error as err:
                 raise _classify(what, err) from None
             state = replace(_state(name, namespace, revision), chart_version=self._chart_version)
+            outcome = "installed" if found is None else "upgraded"
+            span.set_attributes({"helm.outcome": outcome, "helm.revision": state.revision})
             log.info(
                 "release installed",
                 extra={"release": name, "namespace": namespace, "revision": state.revision, "status": state.status},
@@ -241,7 +251,10 @@ class Helm:
     def uninstall(self, name: str, namespace: str, guard: Guard = None) -> bool:
         """``helm uninstall`` (without waiting); False if there was no release. ``guard`` as for
         ``install_or_upgrade``: it sees the current values and may refuse."""
-        with self._release_lock(namespace, name):
+        with (
+            tracing.span("helm uninstall", _release_attributes(name, namespace)),
+            self._release_lock(namespace, name),
+        ):
             try:
                 found = _run(self._current(name, namespace))
                 if found is None:
@@ -255,6 +268,10 @@ class Helm:
                 raise _classify(f"helm uninstall {namespace}/{name}", err) from None
             log.info("release uninstalled", extra={"release": name, "namespace": namespace})
             return True
+
+
+def _release_attributes(name: str, namespace: str) -> dict[str, str]:
+    return {"helm.release": name, "helm.namespace": namespace}
 
 
 def _state(name: str, namespace: str, revision: Any) -> ReleaseState:

@@ -37,7 +37,7 @@ from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from shared import events, logs
+from shared import events, logs, tracing
 from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone
 from shared.metrics import RECONCILE_ERRORS, RECONCILE_TIME, RECONCILE_TOTAL
 from shared.tenant import TenantRef
@@ -109,10 +109,17 @@ def function_app(step: Step) -> Flask:
     def receive() -> Response:
         started = time.monotonic()
         result = "error"
-        traceparent = request.headers.get("traceparent", "")
+        headers = {k.lower(): v for k, v in request.headers.items()}
         try:
-            with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
-                response, result = _deliver(step)
+            event, refused = _read_event()
+            with tracing.delivery(step.name, tracing.incoming(headers, event)) as span:
+                traceparent = tracing.current_traceparent()
+                with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
+                    if event is not None:
+                        span.update_name(f"{step.name} {event.get_type()}")
+                        span.set_attributes(tracing.event_attributes(event))
+                    response, result = refused or _deliver(step, event)
+                tracing.outcome(span, response.status_code, result)
             return response
         except Exception:  # _deliver maps everything; this is the last line of defence
             log.exception("unexpected failure outside the error mapping")
@@ -126,11 +133,23 @@ def function_app(step: Step) -> Flask:
     return app
 
 
-def _deliver(step: Step) -> tuple[Response, str]:
+def _read_event() -> tuple[BaseCloudEvent | None, tuple[Response, str] | None]:
+    """The delivered event, or the answer that refuses it."""
+    try:
+        return events.parse(dict(request.headers), request.get_data(cache=False)), None
+    except RequestEntityTooLarge:
+        log.warning("oversized request refused")
+        return None, (_error(413, f"request body larger than {MAX_BODY_BYTES} bytes"), "error")
+    except BadEvent as err:
+        log.warning("bad event refused", extra={"error": str(err)})
+        return None, (_error(400, str(err)), "error")
+
+
+def _deliver(step: Step, event: BaseCloudEvent | None) -> tuple[Response, str]:
     ref: TenantRef | None = None
     try:
-        body = request.get_data(cache=False)
-        event = events.parse(dict(request.headers), body)
+        if event is None:
+            raise BadEvent("no event")
         with logs.bind(event_id=event.get_id(), event_type=event.get_type()):
             if event.get_type() not in step.accepts:
                 raise BadEvent(f"{step.name} does not handle events of type {event.get_type()!r}")
@@ -139,17 +158,15 @@ def _deliver(step: Step) -> tuple[Response, str]:
                 log.info("delivery done")
                 return Response(status=204), "success"
             ref = events.tenant_ref(event)
+            tracing.annotate(tenant=ref.key)
             with logs.bind(tenant=ref.key):
                 reply = _run(step, event, ref)
                 if reply is None:
                     log.info("delivery done")
                     return Response(status=204), "success"
-                headers, payload = events.to_binary(reply)
+                headers, payload = events.to_binary(tracing.stamp(reply))
                 log.info("delivery done; replying", extra={"reply_type": reply.get_type()})
                 return Response(payload, status=200, headers=headers), "success"
-    except RequestEntityTooLarge:
-        log.warning("oversized request refused")
-        return _error(413, f"request body larger than {MAX_BODY_BYTES} bytes"), "error"
     except BadEvent as err:
         log.warning("bad event refused", extra={"error": str(err)})
         return _error(400, str(err)), "error"

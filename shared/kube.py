@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from shared import tracing
 from shared.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
 from shared.tenant import (
     API_VERSION,
@@ -92,6 +93,13 @@ def _api_message(err: ApiException) -> str:
 
 
 def _call(what: str, fn: Callable[[], T]) -> T:
+    """One API request, in a client span (``k8s <verb> <resource>``), its failure classified."""
+    verb, _, rest = what.partition(" ")
+    with tracing.client_span(f"k8s {verb} {rest.split(' ')[0]}", {"k8s.request": what}):
+        return _classified(what, fn)
+
+
+def _classified(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except ApiException as err:

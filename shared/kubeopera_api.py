@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import requests
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
+from shared import tracing
+
 log = logging.getLogger(__name__)
 
 
@@ -53,13 +55,22 @@ class KubeoperaApi:
         self._timeout = timeout
         self._session = requests.Session()
 
-    def report(self, update: CloudSpaceUpdate, traceparent: str = "") -> CallbackResult:
+    def report(self, update: CloudSpaceUpdate) -> CallbackResult:
+        """PATCH the CloudSpace, in a client span whose context the request carries on."""
+        with tracing.client_span(
+            "PATCH /api/v1/cloudspaces/{id}", {"http.request.method": "PATCH", "kubeopera.status": update.status}
+        ) as span:
+            result = self._report(update)
+            span.set_attribute("kubeopera.callback_delivered", result.delivered)
+            if not result.delivered:
+                span.set_status(tracing.error_status(result.detail))
+            return result
+
+    def _report(self, update: CloudSpaceUpdate) -> CallbackResult:
         url = f"{self._base_url}/api/v1/cloudspaces/{update.cloud_space_id}"
-        headers = {"Content-Type": "application/json"}
+        headers = tracing.inject({"Content-Type": "application/json"})
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        if traceparent:
-            headers["traceparent"] = traceparent
         try:
             response = self._patch(url, update.body(), headers)
         except requests.Timeout:

@@ -5,7 +5,8 @@ Two ways to build a ``Runtime``, and only two:
 - ``Runtime.from_env(function)``: what ``functions.<name>.create_app()`` does when gunicorn
   calls it with no argument. Settings come from the environment (a bad one fails the process
   start with ``ConfigError`` instead of failing requests later), logs are set up, and the
-  Kubernetes client uses the pod's credentials (or ``$KUBECONFIG``).
+  Kubernetes client uses the pod's credentials (or ``$KUBECONFIG``); tracing is set up when
+  the ``OTEL_*`` variables ask for it (``shared.tracing``).
 - ``Runtime(settings=..., kube=..., helm=..., ...)``: the parts as given, with no environment
   read and no connection made; the unit tests pass ``create_app`` one made of in-memory stand-ins.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared import logs
+from shared import logs, tracing
 from shared.errors import ConfigError, PermanentError
 from shared.helm import Helm
 from shared.kube import Kube
@@ -46,6 +47,7 @@ class Runtime:
         """Settings from the environment, logs configured, the Kubernetes client connected."""
         settings = Settings.from_env()
         logs.configure(settings.log_level, function=function, environment=settings.environment)
+        tracing.configure(function)
         return cls(settings=settings, kube=Kube.connect(component=f"tenant-{function}"))
 
     def helm_client(self) -> Helm:

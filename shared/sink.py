@@ -3,8 +3,9 @@
 A function answers most events with at most one reply, which the broker takes back. resync
 re-drives many Tenants from one tick, so it posts its events to its sink instead: ``K_SINK``,
 which Knative's SinkBinding sets to the Broker's address (``eventing/resync-sinkbinding.yaml``)
-and the local stack sets to its broker. Events go in binary mode, with the ``traceparent`` of the
-delivery that caused them. A refused connection is retried briefly (tenacity); any answer other
+and the local stack sets to its broker. Events go in binary mode, carrying the trace of the
+delivery that caused them (``shared.tracing``: the ``traceparent`` extension and header), inside
+a client span. A refused connection is retried briefly (tenacity); any answer other
 than 2xx is a ``TemporaryError``, so the tick is re-delivered and the pass runs again (every
 re-drive is idempotent).
 """
@@ -15,7 +16,7 @@ import requests
 from cloudevents.core.base import BaseCloudEvent
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from shared import events
+from shared import events, tracing
 from shared.errors import TemporaryError
 
 
@@ -25,10 +26,13 @@ class Sink:
         self._timeout = timeout
         self._session = requests.Session()
 
-    def send(self, event: BaseCloudEvent, traceparent: str = "") -> None:
-        headers, body = events.to_binary(event)
-        if traceparent:
-            headers["traceparent"] = traceparent
+    def send(self, event: BaseCloudEvent) -> None:
+        with tracing.client_span("send " + event.get_type(), tracing.event_attributes(event)) as span:
+            headers, body = events.to_binary(tracing.stamp(event))
+            response = self._deliver(event, tracing.inject(headers), body)
+            span.set_attribute("http.response.status_code", response.status_code)
+
+    def _deliver(self, event: BaseCloudEvent, headers: dict[str, str], body: bytes) -> requests.Response:
         try:
             response = self._post(headers, body)
         except requests.RequestException as err:
@@ -37,6 +41,7 @@ class Sink:
             ) from None
         if not 200 <= response.status_code < 300:
             raise TemporaryError(f"the broker answered {response.status_code} to {event.get_type()}", retry_after=5)
+        return response
 
     @retry(
         retry=retry_if_exception_type(requests.ConnectionError),

@@ -23,7 +23,7 @@ from cloudevents.core.v1.event import CloudEvent
 from flask import Flask
 from werkzeug.test import TestResponse
 
-from shared import events
+from shared import events, tracing
 from shared.errors import Conflict, TemporaryError, TenantGone
 from shared.helm import DEPLOYED, PENDING_STATES, Guard, ReleaseState
 from shared.kube import NamespaceInfo, Rollout, StoredSecret
@@ -478,11 +478,11 @@ class FakeSink:
         self.sent: list[BaseCloudEvent] = []
         self.traceparents: list[str] = []
 
-    def send(self, event: BaseCloudEvent, traceparent: str = "") -> None:
+    def send(self, event: BaseCloudEvent) -> None:
         if self.failure is not None:
             raise self.failure
         self.sent.append(event)
-        self.traceparents.append(traceparent)
+        self.traceparents.append(tracing.current_traceparent())  # what the real Sink stamps on the event
         if self.kube is not None:
             self.kube.journal.append(("send", event.get_type()))
 
@@ -494,6 +494,6 @@ class FakeKubeoperaApi:
         self.result = result or CallbackResult(True, "answered 200")
         self.reports: list[CloudSpaceUpdate] = []
 
-    def report(self, update: CloudSpaceUpdate, traceparent: str = "") -> CallbackResult:
+    def report(self, update: CloudSpaceUpdate) -> CallbackResult:
         self.reports.append(update)
         return self.result
