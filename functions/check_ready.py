@@ -30,7 +30,7 @@ from datetime import datetime
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import events
+from shared import events, metrics
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
 from shared.helm import DEPLOYED, FAILED, Helm
 from shared.http import Step, function_app
@@ -124,6 +124,9 @@ def handle(
     waiting = _waiting_for(kube, names, release.status)
     if waiting is None:
         log.info("vCluster is ready", extra={"release": names.release, "revision": release.revision})
+        began = parse_time(tenant.status.last_synced_at)
+        if began is not None:
+            metrics.TIME_TO_READY.observe(max(0.0, ((now or utcnow()) - began).total_seconds()))
         return events.make(events.READY, NAME, tenant.ref)
     verdict = poll_verdict(tenant, waiting, settings, now or utcnow(), event.get_time())
     if verdict == Poll.RENEW:
@@ -131,6 +134,7 @@ def handle(
         return events.make(events.PROVISIONING, NAME, tenant.ref)
     if isinstance(verdict, TenantError):
         raise verdict
+    metrics.READY_POLLS.inc()
     raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 
 

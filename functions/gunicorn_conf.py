@@ -21,13 +21,18 @@ the Knative Service decides:
   for none, since the probes would fill it and queue-proxy can log requests itself.
 - ``LOG_LEVEL`` (default INFO): gunicorn's own error log level, on stderr.
 
-Pure standard library, no side effects beyond reading the environment at import; the
-``worker_exit`` hook flushes the worker's spans (``shared.tracing``).
+Pure standard library, no side effects beyond reading the environment at import. The hooks:
+``on_starting`` gives the workers one metrics folder (``PROMETHEUS_MULTIPROC_DIR``, see
+``shared.metrics``), ``child_exit`` retires a dead worker's gauges, ``worker_exit`` flushes the
+worker's spans (``shared.tracing``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from typing import Any
 
 
 def _int_from_env(name: str, default: int, minimum: int) -> int:
@@ -67,6 +72,26 @@ loglevel: str = os.environ.get("LOG_LEVEL", "INFO").strip().lower() or "info"
 proc_name: str = os.environ.get("K_SERVICE", "kubeopera-tenants")
 # Build the app in each worker, after fork: no client or thread is shared across processes.
 preload_app: bool = False
+
+
+def on_starting(server: object) -> None:
+    """Before any worker: the folder where every worker keeps its metrics (prometheus_client's
+    multiprocess mode), so ``/metrics`` adds them up. ``PROMETHEUS_MULTIPROC_DIR`` if the
+    Service sets it, else a fresh folder under ``$TMPDIR`` (``/tmp``, an emptyDir in every
+    Service); emptied at start, as the mode requires."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder, exist_ok=True)
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kubeopera-metrics-")
+
+
+def child_exit(server: object, worker: Any) -> None:
+    """A worker is gone: its live gauges no longer count."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
 def worker_exit(server: object, worker: object) -> None:

@@ -38,7 +38,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from functions.cleanup import gave_up
-from shared import events, logs
+from shared import events, logs, metrics
 from shared.errors import ProvisionTimeout
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -133,8 +133,19 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
             log.info("re-driving", extra={"redrive": action.name, "phase": str(tenant.status.phase)})
             _redrive(kube, sink, settings, tenant, action, moment)
         counts[action.name] = counts.get(action.name, 0) + 1
+    count_phases(tenants)
     log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
     return counts
+
+
+def count_phases(tenants: list[Tenant]) -> None:
+    """``kubeopera_tenants{phase}``: every phase, zero included, as of this pass (a Tenant with no
+    status yet counts as Pending, as ``kubectl get`` shows it)."""
+    by_phase = dict.fromkeys((p.value for p in Phase), 0)
+    for tenant in tenants:
+        by_phase[(tenant.status.phase or Phase.PENDING).value] += 1
+    for phase, count in by_phase.items():
+        metrics.TENANTS.labels(phase).set(count)
 
 
 def _redrive(kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action: Redrive, now: datetime) -> None:

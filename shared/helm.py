@@ -27,7 +27,9 @@ import json
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +38,7 @@ from typing import Any, TypeVar
 import pyhelm3
 from pyhelm3 import errors as helm_errors
 
-from shared import tracing
+from shared import metrics, tracing
 from shared.errors import PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
@@ -117,8 +119,9 @@ class Helm:
         with self._chart_lock:
             if self._chart is None:
                 pinned = {"helm.chart": self._chart_ref, "helm.chart_version": self._chart_version}
-                with tracing.span("helm pull", pinned):
+                with _operation("pull", pinned) as outcome:
                     self._chart = _run(self._load_chart())
+                    outcome.append("loaded")
             return self._chart
 
     async def _load_chart(self) -> Any:
@@ -126,7 +129,9 @@ class Helm:
             return await self._client.get_chart(Path(self._chart_ref))
         name = self._chart_ref.rstrip("/").rsplit("/", 1)[-1]
         local = self._cache_dir / f"{name}-{self._chart_version}"
-        if not (local / "Chart.yaml").is_file():
+        cached = (local / "Chart.yaml").is_file()
+        metrics.CHART_LOADS.labels("cache" if cached else "registry").inc()
+        if not cached:
             self._cache_dir.mkdir(parents=True, exist_ok=True)
             try:
                 async with self._client.pull_chart(self._chart_ref, version=self._chart_version) as pulled:
@@ -145,13 +150,15 @@ class Helm:
 
     def release(self, name: str, namespace: str) -> ReleaseState | None:
         """The release's current revision and status (``helm status``), or None if there is none."""
-        with tracing.span("helm status", _release_attributes(name, namespace)):
+        with _operation("status", _release_attributes(name, namespace)) as outcome:
             try:
                 revision = _run(self._client.get_current_revision(name, namespace=namespace))
             except helm_errors.ReleaseNotFoundError:
+                outcome.append("absent")
                 return None
             except helm_errors.Error as err:
                 raise _classify(f"helm status {namespace}/{name}", err) from None
+            outcome.append("found")
             return _state(name, namespace, revision)
 
     async def _current(self, name: str, namespace: str) -> tuple[Any, dict[str, Any]] | None:
@@ -216,7 +223,7 @@ class Helm:
         is changed, and raises to refuse (the ownership check); it runs under the release lock.
         """
         with (
-            tracing.span("helm upgrade --install", _release_attributes(name, namespace)) as span,
+            _operation("upgrade_install", _release_attributes(name, namespace)) as outcome,
             self._release_lock(namespace, name),
         ):
             what = f"helm upgrade --install {namespace}/{name}"
@@ -229,7 +236,7 @@ class Helm:
                 if found is not None and not (reapply is not None and reapply()):
                     unchanged = _run(self._unchanged(name, namespace, found[0], found[1], values))
                     if unchanged is not None:
-                        span.set_attribute("helm.outcome", "unchanged")
+                        outcome.append("unchanged")
                         return unchanged
                 chart = self.chart()
                 revision = _run(
@@ -240,8 +247,8 @@ class Helm:
             except helm_errors.Error as err:
                 raise _classify(what, err) from None
             state = replace(_state(name, namespace, revision), chart_version=self._chart_version)
-            outcome = "installed" if found is None else "upgraded"
-            span.set_attributes({"helm.outcome": outcome, "helm.revision": state.revision})
+            outcome.append("installed" if found is None else "upgraded")
+            tracing.annotate(revision=str(state.revision))
             log.info(
                 "release installed",
                 extra={"release": name, "namespace": namespace, "revision": state.revision, "status": state.status},
@@ -252,22 +259,44 @@ class Helm:
         """``helm uninstall`` (without waiting); False if there was no release. ``guard`` as for
         ``install_or_upgrade``: it sees the current values and may refuse."""
         with (
-            tracing.span("helm uninstall", _release_attributes(name, namespace)),
+            _operation("uninstall", _release_attributes(name, namespace)) as outcome,
             self._release_lock(namespace, name),
         ):
             try:
                 found = _run(self._current(name, namespace))
                 if found is None:
+                    outcome.append("absent")
                     return False
                 if guard is not None:
                     guard(found[1])
                 _run(self._client.uninstall_release(name, namespace=namespace, wait=False))
             except helm_errors.ReleaseNotFoundError:
+                outcome.append("absent")
                 return False
             except helm_errors.Error as err:
                 raise _classify(f"helm uninstall {namespace}/{name}", err) from None
+            outcome.append("uninstalled")
             log.info("release uninstalled", extra={"release": name, "namespace": namespace})
             return True
+
+
+@contextmanager
+def _operation(operation: str, attributes: Mapping[str, str]) -> Iterator[list[str]]:
+    """One helm operation: a span ``helm <operation>``, and its count and duration by outcome.
+    The block appends its outcome to the list it gets; leaving by an exception is ``error``."""
+    started = time.monotonic()
+    outcome: list[str] = []
+    with tracing.span(f"helm {operation.replace('_', ' --')}", attributes) as span:
+        try:
+            yield outcome
+        except BaseException:
+            outcome[:] = ["error"]
+            raise
+        finally:
+            result = outcome[-1] if outcome else "error"
+            span.set_attribute("helm.outcome", result)
+            metrics.HELM_OPERATIONS.labels(operation, result).inc()
+            metrics.HELM_SECONDS.labels(operation).observe(time.monotonic() - started)
 
 
 def _release_attributes(name: str, namespace: str) -> dict[str, str]:

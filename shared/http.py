@@ -34,12 +34,10 @@ from dataclasses import dataclass, field
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask, Response, request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from shared import events, logs, tracing
+from shared import events, logs, metrics, tracing
 from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone
-from shared.metrics import RECONCILE_ERRORS, RECONCILE_TIME, RECONCILE_TOTAL
 from shared.tenant import TenantRef
 
 log = logging.getLogger(__name__)
@@ -102,16 +100,17 @@ def function_app(step: Step) -> Flask:
         return Response("not ready\n", status=503, mimetype="text/plain")
 
     @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
+    def metrics_text() -> Response:
+        return Response(metrics.exposition(), mimetype=metrics.CONTENT_TYPE)
 
     @app.post("/")
     def receive() -> Response:
         started = time.monotonic()
-        result = "error"
+        result, code, event_type = "error", 500, ""
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             event, refused = _read_event()
+            event_type = event.get_type() if event is not None else ""
             with tracing.delivery(step.name, tracing.incoming(headers, event)) as span:
                 traceparent = tracing.current_traceparent()
                 with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
@@ -119,18 +118,25 @@ def function_app(step: Step) -> Flask:
                         span.update_name(f"{step.name} {event.get_type()}")
                         span.set_attributes(tracing.event_attributes(event))
                     response, result = refused or _deliver(step, event)
-                tracing.outcome(span, response.status_code, result)
+                code = response.status_code
+                tracing.outcome(span, code, result)
             return response
         except Exception:  # _deliver maps everything; this is the last line of defence
             log.exception("unexpected failure outside the error mapping")
             return _error(500, "internal error; see the function's logs")
         finally:
-            RECONCILE_TOTAL.labels(step.name, result).inc()
+            metrics.RECONCILE_TOTAL.labels(step.name, result).inc()
             if result == "error":
-                RECONCILE_ERRORS.labels(step.name).inc()
-            RECONCILE_TIME.labels(step.name).observe(time.monotonic() - started)
+                metrics.RECONCILE_ERRORS.labels(step.name).inc()
+            metrics.RECONCILE_TIME.labels(step.name).observe(time.monotonic() - started)
+            metrics.DELIVERIES.labels(step.name, _known_type(step, event_type), str(code)).inc()
 
     return app
+
+
+def _known_type(step: Step, event_type: str) -> str:
+    """The event type as a label: one the step takes, or ``other`` (a label must not be free text)."""
+    return event_type if event_type in step.accepts else "other"
 
 
 def _read_event() -> tuple[BaseCloudEvent | None, tuple[Response, str] | None]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import requests
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from shared import tracing
+from shared import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class KubeoperaApi:
         ) as span:
             result = self._report(update)
             span.set_attribute("kubeopera.callback_delivered", result.delivered)
+            metrics.CALLBACKS.labels("delivered" if result.delivered else "failed").inc()
             if not result.delivered:
                 span.set_status(tracing.error_status(result.detail))
             return result

@@ -1,4 +1,4 @@
-"""Prometheus metrics with the original operator's names (spec: Monitoring).
+"""Prometheus metrics: the original operator's names, and what someone on call needs.
 
 controller-runtime exported ``controller_runtime_reconcile_total{controller,result}``,
 ``controller_runtime_reconcile_errors_total{controller}`` and
@@ -6,11 +6,48 @@ controller-runtime exported ``controller_runtime_reconcile_total{controller,resu
 deliveries under the same names, ``controller`` being the function's name, so existing
 dashboards and alerts keep working. ``result`` is ``success``, ``requeue`` (a temporary answer
 that the broker re-delivers) or ``error``.
+
+The rest are this project's (prefix ``kubeopera_tenant``), each answering one question:
+
+=============================================================  ===============================================
+metric                                                         answers
+=============================================================  ===============================================
+``kubeopera_tenant_deliveries_total{function,type,code}``      what the broker delivered, and what we answered
+``kubeopera_tenant_helm_operations_total{operation,outcome}``  what helm did (installed, upgraded, unchanged,
+                                                               uninstalled, absent, error)
+``kubeopera_tenant_helm_operation_seconds{operation}``         how long helm took
+``kubeopera_tenant_chart_loads_total{source}``                 chart downloads (``registry``) against reuse of
+                                                               the chart cache on disk (``cache``)
+``kubeopera_tenant_phase_transitions_total{from_phase,to_phase}``  how Tenants move between phases
+``kubeopera_tenant_ready_polls_total``                         check-ready polls that found the vCluster not up
+``kubeopera_tenant_time_to_ready_seconds``                     provisioning began -> vCluster ready
+``kubeopera_tenant_callbacks_total{outcome}``                  kubeopera-api callbacks delivered or failed
+``kubeopera_tenants{phase}``                                   Tenants by phase, counted by resync on each tick
+=============================================================  ===============================================
+
+Under gunicorn with several workers the metrics are kept in ``PROMETHEUS_MULTIPROC_DIR``
+(prometheus_client's multiprocess mode; ``functions/gunicorn_conf.py`` sets it to a fresh folder
+under ``/tmp``, an emptyDir in every Service, unless the Service does), and ``/metrics`` adds up
+every worker's (:func:`exposition`). Without it (a Flask test client) the default registry is used.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 RECONCILE_TOTAL = Counter(
     "controller_runtime_reconcile_total",
@@ -28,3 +65,59 @@ RECONCILE_TIME = Histogram(
     ["controller"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 60),
 )
+
+DELIVERIES = Counter(
+    "kubeopera_tenant_deliveries_total",
+    "Events delivered to a function, by CloudEvent type and the HTTP status it answered",
+    ["function", "type", "code"],
+)
+HELM_OPERATIONS = Counter(
+    "kubeopera_tenant_helm_operations_total",
+    "helm operations by kind and outcome",
+    ["operation", "outcome"],
+)
+HELM_SECONDS = Histogram(
+    "kubeopera_tenant_helm_operation_seconds",
+    "How long a helm operation took",
+    ["operation"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+CHART_LOADS = Counter(
+    "kubeopera_tenant_chart_loads_total",
+    "The pinned chart loaded by a process: downloaded from the registry, or found in the cache on disk",
+    ["source"],
+)
+PHASE_TRANSITIONS = Counter(
+    "kubeopera_tenant_phase_transitions_total",
+    "Tenant phase changes written by the functions",
+    ["from_phase", "to_phase"],
+)
+READY_POLLS = Counter(
+    "kubeopera_tenant_ready_polls_total",
+    "check-ready polls that found the vCluster not up yet (each one is a delayed re-delivery)",
+)
+TIME_TO_READY = Histogram(
+    "kubeopera_tenant_time_to_ready_seconds",
+    "From the start of provisioning (install's helm release) to the vCluster found ready",
+    buckets=(5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900),
+)
+CALLBACKS = Counter(
+    "kubeopera_tenant_callbacks_total",
+    "kubeopera-api callbacks by outcome (delivered or failed)",
+    ["outcome"],
+)
+TENANTS = Gauge(
+    "kubeopera_tenants",
+    "Tenants by phase, as resync counted them on its last tick",
+    ["phase"],
+    multiprocess_mode="livemostrecent",
+)
+
+
+def exposition() -> bytes:
+    """The text of ``/metrics``: every worker's metrics added up in multiprocess mode."""
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from shared import metrics
 from shared.kube import Kube
 from shared.tenant import (
     COND_READY,
@@ -64,6 +65,9 @@ def live_tenant(kube: Kube, ref: TenantRef) -> Tenant | None:
 
 def write_status(kube: Kube, tenant: Tenant, update: StatusUpdate) -> Tenant:
     updated = kube.patch_tenant_status(tenant, update)
+    before, after = tenant.status.phase, updated.status.phase
+    if after is not None and before != after:
+        metrics.PHASE_TRANSITIONS.labels(before.value if before else "", after.value).inc()
     log.info(
         "status written",
         extra={"phase": updated.status.phase.value if updated.status.phase else "", "generation": tenant.generation},
