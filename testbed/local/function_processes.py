@@ -121,4 +121,5 @@ def _function_env(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    env.update(options.function_env)
     return env

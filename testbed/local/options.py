@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 
 @dataclass(frozen=True)
@@ -19,3 +21,6 @@ class StackOptions:
     provision_timeout_seconds: int = 600
     run_dir: Path | None = None
     log_level: str = "INFO"
+    # More environment for every function's process, over the stack's own (OTEL_* to trace,
+    # GUNICORN_WORKERS, ...): what a Service's env or the ConfigMap would add.
+    function_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
