@@ -86,6 +86,7 @@ def _trace_id(traceparent: str) -> str:
 
 
 def function_app(step: Step) -> Flask:
+    metrics.start(step.name)
     app = Flask(step.name)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
 

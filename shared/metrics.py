@@ -114,6 +114,17 @@ TENANTS = Gauge(
 )
 
 
+def start(function: str) -> None:
+    """The series a function's alerts and dashboards read, at zero from the moment it starts, so
+    a pod's first error or callback failure is an increase, not a series born at one."""
+    for result in ("success", "requeue", "error"):
+        RECONCILE_TOTAL.labels(function, result)
+    RECONCILE_ERRORS.labels(function)
+    RECONCILE_TIME.labels(function)
+    for outcome in ("delivered", "failed"):
+        CALLBACKS.labels(outcome)
+
+
 def exposition() -> bytes:
     """The text of ``/metrics``: every worker's metrics added up in multiprocess mode."""
     if os.environ.get(MULTIPROC_ENV):
