@@ -10,36 +10,11 @@ as short bars separated by the broker's waits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+
+from testbed.jaeger import TraceSpan
 
 BAR_WIDTH = 40
-
-
-@dataclass(frozen=True)
-class TraceSpan:
-    """One span as the receiver stored it (times in microseconds since the epoch)."""
-
-    span_id: str
-    parent_id: str | None
-    service: str
-    name: str
-    start_us: int
-    duration_us: int
-    attributes: Mapping[str, object] = field(default_factory=dict)
-    error: bool = False
-
-    @property
-    def outcome(self) -> str:
-        """What the span says of how it ended, shortest first."""
-        for key in ("kubeopera.outcome", "helm.outcome", "kubeopera.callback_delivered"):
-            if key in self.attributes:
-                value = self.attributes[key]
-                code = self.attributes.get("http.response.status_code")
-                if key == "kubeopera.callback_delivered":
-                    value = "delivered" if value in (True, "true") else "failed"
-                return f"{value} {code}" if code is not None else str(value)
-        return "error" if self.error else "ok"
 
 
 def _depths(spans: Sequence[TraceSpan]) -> dict[str, int]:

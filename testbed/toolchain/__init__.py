@@ -10,13 +10,16 @@ control and data plane (``knative-eventing``: controller, mtchannel_broker, brok
 filter, the in-memory channel's controller and dispatcher, mtping), which also carries the
 manifests the test bed applies, copied out of the module cache at build time (``ModuleCopy``):
 Eventing's ``config/`` as ``config/eventing/`` and Serving's ``config/core/300-resources/`` as
-``config/serving-crds/``, so nothing later reads ``GOMODCACHE``. ``KUBEBUILDER_ASSETS``, when set,
+``config/serving-crds/``, so nothing later reads ``GOMODCACHE``; Prometheus's ``promtool`` (built
+with the ``remove_all_sd`` tag: no service discovery, which rule checks never need) and Jaeger v2's
+all-in-one ``jaeger`` (the trace receiver, :mod:`testbed.jaeger`). ``KUBEBUILDER_ASSETS``, when set,
 supplies ``etcd``, ``kube-apiserver`` and ``kubectl`` as envtest does.
 
-A cold build takes a while (about 13 minutes on 2 cores before Knative Eventing, see
-``progress.DEFAULT_SECONDS``), so it says what it does on stderr: what is missing and how long that
-usually takes, a line per tool, a progress line every 15 s while a ``go build`` runs and the time
-left for everything still to build; a warm run finds everything and builds nothing.
+A cold build takes a while (about 13 minutes on 2 cores before Knative Eventing, promtool and
+jaeger, which add about 1, 3 and 5 minutes; see ``progress.DEFAULT_SECONDS``), so it says what it
+does on stderr: what is missing and how long that usually takes, a line per tool, a progress line
+every 15 s while a ``go build`` runs and the time left for everything still to build; a warm run
+finds everything and builds nothing.
 
 The modules, one concern each:
 
@@ -39,10 +42,14 @@ from testbed.toolchain.provision import Toolchain, ensure, ensure_all, knative_c
 from testbed.toolchain.versions import (
     ETCD_VERSION,
     HELM_VERSION,
+    JAEGER_MODULE_VERSION,
+    JAEGER_VERSION,
     KNATIVE_EVENTING_SUMS,
     KNATIVE_EVENTING_VERSION,
     KNATIVE_SERVING_VERSION,
     KUBERNETES_VERSION,
+    PROMETHEUS_MODULE_VERSION,
+    PROMETHEUS_VERSION,
     REGISTRY_VERSION,
     VERSIONS,
 )
@@ -51,10 +58,14 @@ __all__ = [
     "BUILDS",
     "ETCD_VERSION",
     "HELM_VERSION",
+    "JAEGER_MODULE_VERSION",
+    "JAEGER_VERSION",
     "KNATIVE_EVENTING_SUMS",
     "KNATIVE_EVENTING_VERSION",
     "KNATIVE_SERVING_VERSION",
     "KUBERNETES_VERSION",
+    "PROMETHEUS_MODULE_VERSION",
+    "PROMETHEUS_VERSION",
     "REGISTRY_VERSION",
     "VERSIONS",
     "GoBuild",

@@ -2,11 +2,11 @@
 
 ``build_tool`` writes the wrapper module (``go.mod`` requiring the pinned modules, mirroring
 k8s.io/kubernetes's staging replaces where needed, pinned ``go.sum`` lines, and our own ``.go``
-files for a tool of ours), runs one ``go build`` per binary (reporting to a
-:class:`~testbed.toolchain.progress.Progress` and recording how long each took), copies module
-folders out of the module cache as ordinary writable files, then renames the temporary folder into
-place: a tool folder appears only when its build finished. Builds run with ``CGO_ENABLED=0``,
-``GOFLAGS=-mod=mod`` and ``GOTOOLCHAIN=local``.
+files for a tool of ours), runs one ``go build`` per binary with the tool's build tags (reporting
+to a :class:`~testbed.toolchain.progress.Progress` and recording how long each took), copies
+module folders out of the module cache as ordinary writable files, then renames the temporary
+folder into place: a tool folder appears only when its build finished. Builds run with
+``CGO_ENABLED=0``, ``GOFLAGS=-mod=mod`` and ``GOTOOLCHAIN=local``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def _write_module(build: GoBuild, src: Path, env: Mapping[str, str]) -> None:
 def _go_build(build: GoBuild, step: Step, src: Path, bin_dir: Path, env: Mapping[str, str]) -> None:
     package = dict(build.packages)[step.binary]
     flags = f"-s -w {build.ldflags}".strip()
-    _run([_go(), "build", "-trimpath", "-ldflags", flags, "-o", str(bin_dir / step.binary), package], src, env)
+    tags = ["-tags", ",".join(build.tags)] if build.tags else []
+    _run([_go(), "build", "-trimpath", *tags, "-ldflags", flags, "-o", str(bin_dir / step.binary), package], src, env)
 
 
 def build_tool(build: GoBuild, target: Path, progress: Progress) -> None:

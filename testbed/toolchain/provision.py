@@ -5,8 +5,9 @@
 makes one plan of everything missing, so its estimate covers all the tools, builds them one after
 another and returns their paths as a :class:`Toolchain`. ``KUBEBUILDER_ASSETS``, when set, supplies
 ``etcd``, ``kube-apiserver`` and ``kubectl`` as envtest does; envtest's assets carry no
-``kube-controller-manager``, so that one is still built here. ``knative_check`` is the Go program
-that runs Knative's own validation (only the deployment checks need it).
+``kube-controller-manager``, so that one is still built here. ``promtool`` and ``jaeger`` come last:
+most of the test bed runs without them. ``knative_check`` is the Go program that runs Knative's own
+validation (only the deployment checks need it).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Toolchain:
     apiserver_adapter: Path
     knative: Path  # bin folder: controller, mtchannel_broker, broker_ingress, broker_filter, in_memory_*, mtping
     knative_config: Path  # eventing/ (Eventing's config/) and serving-crds/ (Serving's 300-resources/)
+    promtool: Path
+    jaeger: Path  # Jaeger v2 all-in-one: the trace receiver with a query API (testbed.jaeger)
 
     def bin_dirs(self) -> list[Path]:
         return sorted({p.parent for p in (self.etcd, self.kube_apiserver, self.kubectl, self.helm)})
@@ -101,6 +104,7 @@ def ensure_all() -> Toolchain:
     envtest = _envtest_binaries(assets) if assets else None
     names = [] if envtest else ["kubernetes", "etcd"]
     names += ["kube-controller-manager", "helm", "registry", "apiserver-adapter", "knative-eventing"]
+    names += ["promtool", "jaeger"]
     progress = _progress(names)
     progress.announce(cache_root())
     bins = {name: ensure(name, progress) for name in names}
@@ -117,6 +121,8 @@ def ensure_all() -> Toolchain:
         apiserver_adapter=bins["apiserver-adapter"] / "apiserver_receive_adapter",
         knative=bins["knative-eventing"],
         knative_config=bins["knative-eventing"].parent / "config",
+        promtool=bins["promtool"] / "promtool",
+        jaeger=bins["jaeger"] / "jaeger",
     )
 
 

@@ -1,6 +1,7 @@
 """The pinned versions of the test bed's tools: they live here and nowhere else.
 
-``VERSIONS`` is what ``python -m testbed.toolchain`` prints; ``KNATIVE_EVENTING_SUMS`` are the
+``VERSIONS`` is what ``python -m testbed.toolchain`` prints (releases; ``*_MODULE_VERSION`` is the
+Go module version a release is published as, where the two differ); ``KNATIVE_EVENTING_SUMS`` are the
 go.sum lines of Knative Eventing that the checksum database cannot give.
 """
 
@@ -14,6 +15,14 @@ HELM_VERSION = "v3.16.4"
 REGISTRY_VERSION = "v3.0.0"
 KNATIVE_EVENTING_VERSION = "v0.48.0"
 KNATIVE_SERVING_VERSION = "v0.48.0"
+# Prometheus 3.x and Jaeger v2 publish their Go modules under other version numbers than their
+# releases: github.com/prometheus/prometheus v0.316.0 is Prometheus 3.16.0, and
+# github.com/jaegertracing/jaeger v1.76.0 is Jaeger v1.76.0 / v2.13.0 (one tag, both lines; the
+# v2 all-in-one is cmd/jaeger). The release is what we print and name the tool folder by.
+PROMETHEUS_VERSION = "v3.16.0"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"
+JAEGER_VERSION = "v2.13.0"
+JAEGER_MODULE_VERSION = "v1.76.0"
 
 VERSIONS: Mapping[str, str] = {
     "kubernetes": KUBERNETES_VERSION,
@@ -22,6 +31,8 @@ VERSIONS: Mapping[str, str] = {
     "registry": REGISTRY_VERSION,
     "knative-eventing": KNATIVE_EVENTING_VERSION,
     "knative-serving": KNATIVE_SERVING_VERSION,
+    "promtool": PROMETHEUS_VERSION,
+    "jaeger": JAEGER_VERSION,
 }
 
 # The checksum database answers 404 for knative.dev/eventing@v0.48.0, which the proxy serves;

@@ -289,10 +289,64 @@ def test_a_cold_ensure_all_announces_its_plan_and_fills_in_knative(
     assert tools.knative_config == knative / "config"
     assert (tools.knative_config / "eventing" / "core" / "crd.yaml").is_file()
     assert (tools.knative_config / "serving-crds").is_dir()
-    assert fake_go[-7:] == list(toolchain.BUILDS["knative-eventing"].binaries)
+    assert fake_go[-9:-2] == list(toolchain.BUILDS["knative-eventing"].binaries)
+    tools_dir = tmp_path / "cache" / "tools"
+    assert tools.promtool == tools_dir / f"promtool-{toolchain.PROMETHEUS_VERSION}" / "bin" / "promtool"
+    assert tools.jaeger == tools_dir / f"jaeger-{toolchain.JAEGER_VERSION}" / "bin" / "jaeger"
+    assert fake_go[-2:] == ["promtool", "jaeger"]
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(
-        "toolchain: 5 tool(s) to build from the Go module proxy "
-        "(kube-controller-manager, helm, registry, apiserver-adapter, knative-eventing), usually ~"
+        "toolchain: 7 tool(s) to build from the Go module proxy "
+        "(kube-controller-manager, helm, registry, apiserver-adapter, knative-eventing, promtool, jaeger), usually ~"
     )
     assert err[-1].endswith("; nothing left to build")
+
+
+@pytest.fixture
+def go_commands(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The commands gobuild would run, recorded instead of run."""
+    commands: list[list[str]] = []
+
+    def run(args: list[str], cwd: Path, env: object) -> str:
+        commands.append(args)
+        return ""
+
+    monkeypatch.setattr(gobuild, "_go", lambda: "go")
+    monkeypatch.setattr(gobuild, "_run", run)
+    return commands
+
+
+def test_build_tags_and_version_stamps_reach_the_go_build(go_commands: list[list[str]], tmp_path: Path) -> None:
+    promtool = toolchain.BUILDS["promtool"]
+    gobuild._go_build(promtool, bp.Step("promtool", "promtool"), tmp_path, tmp_path / "bin", {})
+    (args,) = go_commands
+    assert args[:2] == ["go", "build"]
+    assert args[args.index("-tags") + 1] == "remove_all_sd"
+    assert "-X github.com/prometheus/common/version.Version=3.16.0" in args[args.index("-ldflags") + 1]
+    assert args[-3:] == ["-o", str(tmp_path / "bin" / "promtool"), "github.com/prometheus/prometheus/cmd/promtool"]
+
+
+def test_a_tool_without_build_tags_passes_none(go_commands: list[list[str]], tmp_path: Path) -> None:
+    jaeger = toolchain.BUILDS["jaeger"]
+    gobuild._go_build(jaeger, bp.Step("jaeger", "jaeger"), tmp_path, tmp_path / "bin", {})
+    (args,) = go_commands
+    assert "-tags" not in args
+    assert "internal/version.latestVersion=v2.13.0" in args[args.index("-ldflags") + 1]
+    assert args[-1] == "github.com/jaegertracing/jaeger/cmd/jaeger"
+
+
+def test_multiple_build_tags_are_one_comma_separated_argument(go_commands: list[list[str]], tmp_path: Path) -> None:
+    tagged = toolchain.GoBuild("t", "v1", (), (("t", "example.com/t"),), tags=("a", "b"))
+    gobuild._go_build(tagged, bp.Step("t", "t"), tmp_path, tmp_path / "bin", {})
+    assert go_commands[0][go_commands[0].index("-tags") :][:2] == ["-tags", "a,b"]
+
+
+def test_the_new_tools_require_their_modules_at_the_pinned_module_versions() -> None:
+    assert toolchain.BUILDS["promtool"].requires == (
+        ("github.com/prometheus/prometheus", toolchain.PROMETHEUS_MODULE_VERSION),
+    )
+    assert toolchain.BUILDS["jaeger"].requires == (
+        ("github.com/jaegertracing/jaeger", toolchain.JAEGER_MODULE_VERSION),
+    )
+    assert toolchain.VERSIONS["promtool"] == toolchain.PROMETHEUS_VERSION == "v3.16.0"
+    assert toolchain.VERSIONS["jaeger"] == toolchain.JAEGER_VERSION == "v2.13.0"

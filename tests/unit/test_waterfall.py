@@ -3,7 +3,8 @@ outcomes and bars, from spans as the receiver returns them."""
 
 from __future__ import annotations
 
-from testbed.local.waterfall import TraceSpan, render
+from testbed.jaeger import TraceSpan
+from testbed.local.waterfall import render
 
 T0 = 1_700_000_000_000_000
 
