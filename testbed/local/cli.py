@@ -37,6 +37,12 @@ def add_arguments(local: argparse.ArgumentParser) -> None:
     )
     local.add_argument("--no-example", action="store_true", help="do not create the example Tenant")
     local.add_argument(
+        "--trace",
+        action="store_true",
+        help="start Jaeger (an OTLP receiver with a query API), trace every function into it and, when a "
+        "Tenant is Ready, print its trace as a waterfall",
+    )
+    local.add_argument(
         "--vcluster-boot-seconds",
         type=float,
         default=20.0,
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             kubeopera_api_url=args.kubeopera_api_url,
             create_example=not args.no_example,
             vcluster_boot_seconds=args.vcluster_boot_seconds,
+            trace=args.trace,
         )
     )
 

@@ -12,22 +12,29 @@ its temporary folder.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
 from shared.errors import TenantError
 from shared.kube import Kube
 from shared.tenant import Phase, Tenant
+from testbed.jaeger import Jaeger, TraceSpan, start_jaeger
 from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
+from testbed.local.waterfall import render
+from testbed.processes import Supervisor
+from testbed.toolchain import ensure_all
 
 EXAMPLE = ("deploy", "examples", "alice-default.yaml")
 NEW_TENANT_HINT = """\
@@ -50,6 +57,7 @@ class LocalOptions:
     kubeopera_api_url: str | None = None
     create_example: bool = True
     vcluster_boot_seconds: float = 20.0
+    trace: bool = False  # start Jaeger, trace the functions into it, print each Ready Tenant's trace
 
 
 @dataclass
@@ -82,8 +90,12 @@ def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
         vcluster_boot_seconds=options.vcluster_boot_seconds,
     )
     try:
-        with start_stack(stack_options) as stack:
-            _serve(stack, options, out)
+        with contextlib.ExitStack() as running:
+            jaeger = running.enter_context(_receiver()) if options.trace else None
+            if jaeger is not None:
+                stack_options = replace(stack_options, function_env=tracing_env(jaeger))
+            stack = running.enter_context(start_stack(stack_options))
+            _serve(stack, options, out, jaeger)
     except (KeyboardInterrupt, SystemExit):  # Ctrl-C; SIGTERM/SIGHUP arrive as SystemExit
         pass
     except TenantError as err:
@@ -93,7 +105,33 @@ def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def _serve(stack: Stack, options: LocalOptions, out: TextIO) -> None:
+@contextlib.contextmanager
+def _receiver() -> Iterator[Jaeger]:
+    """Jaeger, for ``--trace``, in a folder of its own that goes with it."""
+    folder = Path(tempfile.mkdtemp(prefix="kubeopera-trace-"))
+    try:
+        with Supervisor(folder / "logs") as supervisor, start_jaeger(ensure_all(), supervisor, folder) as jaeger:
+            yield jaeger
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def tracing_env(jaeger: Jaeger) -> dict[str, str]:
+    """What turns tracing on in every function: the standard variables only."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+
+
+def tenant_trace(jaeger: Jaeger, tenant_key: str) -> tuple[str, list[TraceSpan]] | None:
+    """The trace of a Tenant's provisioning (its id and spans): the one holding notify-api's
+    delivery for it."""
+    for trace_id in jaeger.trace_ids("tenant-notify-api"):
+        spans = jaeger.trace(trace_id)
+        if any(s.service == "tenant-notify-api" and s.attributes.get("kubeopera.tenant") == tenant_key for s in spans):
+            return trace_id, spans
+    return None
+
+
+def _serve(stack: Stack, options: LocalOptions, out: TextIO, jaeger: Jaeger | None = None) -> None:
     watch = _Watch()
     kubeconfig = stack.admin_kubeconfig
     if options.kubeconfig_out is not None:
@@ -110,7 +148,8 @@ def _serve(stack: Stack, options: LocalOptions, out: TextIO) -> None:
     print(
         f"\nUse kubectl against it:\n  export KUBECONFIG={kubeconfig}\n  kubectl get kt -n {TENANT_NAMESPACE}\n"
         f"  kubeopera-tenants status --kubeconfig {kubeconfig}\n"
-        f"Callbacks go to {stack.api_url}; logs are in {stack.log_dir()}\n",
+        f"Callbacks go to {stack.api_url}; logs are in {stack.log_dir()}\n"
+        + (f"Traces go to Jaeger: {jaeger.query_url}/api/traces?service=tenant-install\n" if jaeger else ""),
         file=out,
         flush=True,
     )
@@ -121,13 +160,13 @@ def _serve(stack: Stack, options: LocalOptions, out: TextIO) -> None:
             _say(out, watch, "created Tenant kubeopera-system/alice-default")
         print(NEW_TENANT_HINT + "\nCtrl-C stops everything.\n", file=out, flush=True)
         while True:
-            _poll(stack, kube, watch, out)
+            _poll(stack, kube, watch, out, jaeger)
             time.sleep(0.5)
     finally:
         kube.close()
 
 
-def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO) -> None:
+def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO, jaeger: Jaeger | None) -> None:
     deliveries = stack.watch.deliveries()
     for delivery in deliveries[watch.deliveries_seen :]:
         _say(out, watch, describe(delivery))
@@ -146,6 +185,8 @@ def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO) -> None:
         if tenant.status.phase == Phase.READY and tenant.name not in watch.announced:
             watch.announced.add(tenant.name)
             _announce(stack, tenant, time.monotonic() - watch.created[tenant.name], out)
+            if jaeger is not None:
+                _show_trace(jaeger, tenant, out)
 
 
 def describe(delivery: Delivery) -> str:
@@ -177,4 +218,26 @@ def _announce(stack: Stack, tenant: Tenant, took: float, out: TextIO) -> None:
         for request in stack.api.requests():
             if names.cloud_space_id in request.path:
                 lines.append(f"  kubeopera-api stand-in received: {request.method} {request.path} {request.body}")
+    print("\n".join(lines) + "\n", file=out, flush=True)
+
+
+def _show_trace(jaeger: Jaeger, tenant: Tenant, out: TextIO) -> None:
+    """The Tenant's trace as a waterfall, and how to query it (spans arrive a moment after Ready)."""
+    deadline = time.monotonic() + 10
+    found = tenant_trace(jaeger, tenant.key)
+    while found is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        found = tenant_trace(jaeger, tenant.key)
+    if found is None:
+        print(f"  (no trace of {tenant.name} in Jaeger yet: {jaeger.query_url})\n", file=out, flush=True)
+        return
+    trace_id, spans = found
+    shown = [s for s in spans if not s.name.startswith("k8s ")]
+    deliveries = sum(1 for s in spans if "cloudevents.event_type" in s.attributes)
+    lines = [
+        f"{tenant.name}'s trace {trace_id}: {deliveries} deliveries, {len(spans)} spans "
+        f"({len(spans) - len(shown)} Kubernetes calls not shown)",
+        *render(shown),
+        f"Every span, as JSON: curl -s {jaeger.query_url}/api/traces/{trace_id}",
+    ]
     print("\n".join(lines) + "\n", file=out, flush=True)
