@@ -35,6 +35,8 @@ from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_sta
 from testbed.processes import run
 from testbed.registry import helm_env
 
+from .workload import tenant
+
 
 def timed(fn: Callable[[], object], runs: int) -> list[float]:
     samples = []
@@ -55,20 +57,6 @@ def rss_mib(pid: int) -> float:
 def children(pid: int) -> list[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(p) for p in path.read_text().split()] if path.exists() else []
-
-
-def tenant(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "kubeopera.io/v1alpha1",
-        "kind": "Tenant",
-        "metadata": {"name": name, "namespace": TENANT_NAMESPACE},
-        "spec": {
-            "userID": str(uuid.uuid4()),
-            "tenantName": name,
-            "cloudSpaceID": str(uuid.uuid4()),
-            "quota": {"cpu": "1", "memory": "1Gi"},
-        },
-    }
 
 
 def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:

@@ -15,7 +15,6 @@ import logging
 import statistics
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -29,6 +28,8 @@ from testbed.local.runner import tracing_env
 from testbed.local.stack import TENANT_NAMESPACE, StackOptions, start_stack
 from testbed.processes import Supervisor
 from testbed.toolchain import ensure_all
+
+from .workload import tenant
 
 FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
 
@@ -44,22 +45,6 @@ def _maybe_jaeger(on: bool) -> Iterator[dict[str, str]]:
             yield tracing_env(jaeger)
 
 
-def _tenant(name: str) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "kubeopera.io/v1alpha1",
-            "kind": "Tenant",
-            "metadata": {"name": name, "namespace": TENANT_NAMESPACE},
-            "spec": {
-                "userID": str(uuid.uuid4()),
-                "tenantName": name,
-                "cloudSpaceID": str(uuid.uuid4()),
-                "quota": {"cpu": "1", "memory": "1Gi"},
-            },
-        }
-    )
-
-
 def measure(tracing: bool, tenants: int) -> dict[str, list[float]]:
     """Delivery times (seconds) per function, for ``tenants`` Tenants provisioned one by one."""
     with _maybe_jaeger(tracing) as env:
@@ -69,7 +54,7 @@ def measure(tracing: bool, tenants: int) -> dict[str, list[float]]:
             try:
                 for i in range(tenants):
                     name = f"bench-{'on' if tracing else 'off'}-{i}"
-                    stack.kubectl("apply", "-f", "-", input=_tenant(name))
+                    stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant(name)))
                     deadline = time.monotonic() + 120
                     while time.monotonic() < deadline:
                         found = kube.get_tenant(TENANT_NAMESPACE, name)
