@@ -1,11 +1,11 @@
 """What tracing costs a delivery: the same Tenants provisioned with tracing off and on.
 
-``python -m bench.tracing --tenants 6`` starts the local stack twice: once as shipped (no
-``OTEL_*``, tracing off), once with the functions sending their spans to the test bed's Jaeger
-(``OTEL_EXPORTER_OTLP_ENDPOINT``). Each time it provisions N Tenants (vCluster boot 2 s, poll 1 s)
-and reads every delivery the broker made off the wire (the service proxy: request sent to answer
-received). It prints, per function, the median delivery time off and on and the difference. No
-test asserts these numbers.
+``python -m bench.tracing --tenants 6 --rounds 2`` starts the local stack alternately as shipped
+(no ``OTEL_*``, tracing off) and with the functions sending their spans to the test bed's Jaeger
+(``OTEL_EXPORTER_OTLP_ENDPOINT``), ``rounds`` times each. Each time it provisions N Tenants
+(vCluster boot 2 s, poll 1 s) and reads every delivery the broker made off the wire (the
+service proxy: request sent to answer received). It prints, per function, the median delivery
+time off and on and the difference. No test asserts these numbers.
 """
 
 from __future__ import annotations
@@ -89,11 +89,19 @@ def table(off: Mapping[str, list[float]], on: Mapping[str, list[float]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--tenants", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=2, help="stacks started each way, alternating (default 2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    off = measure(False, args.tenants)
-    on = measure(True, args.tenants)
-    print(f"Delivery time, event sent by the broker to answer received, {args.tenants} Tenants each way:")
+    off: dict[str, list[float]] = defaultdict(list)
+    on: dict[str, list[float]] = defaultdict(list)
+    for _ in range(args.rounds):
+        for tracing, into in ((False, off), (True, on)):
+            for service, times in measure(tracing, args.tenants).items():
+                into[service].extend(times)
+    print(
+        f"Delivery time, event sent by the broker to answer received: {args.tenants} Tenants per stack, "
+        f"{args.rounds} stack(s) each way, alternating"
+    )
     print(table(off, on))
     return 0
 
