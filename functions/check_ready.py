@@ -122,13 +122,14 @@ def handle(
     if release.status == FAILED:
         raise PermanentError(f"helm release {names.release} revision {release.revision} failed")
     waiting = _waiting_for(kube, names, release.status)
+    moment = now or utcnow()
     if waiting is None:
         log.info("vCluster is ready", extra={"release": names.release, "revision": release.revision})
         began = parse_time(tenant.status.last_synced_at)
         if began is not None:
-            metrics.TIME_TO_READY.observe(max(0.0, ((now or utcnow()) - began).total_seconds()))
+            metrics.TIME_TO_READY.observe(max(0.0, (moment - began).total_seconds()))
         return events.make(events.READY, NAME, tenant.ref)
-    verdict = poll_verdict(tenant, waiting, settings, now or utcnow(), event.get_time())
+    verdict = poll_verdict(tenant, waiting, settings, moment, event.get_time())
     if verdict == Poll.RENEW:
         log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": waiting})
         return events.make(events.PROVISIONING, NAME, tenant.ref)

@@ -110,15 +110,18 @@ def function_app(step: Step) -> Flask:
         result, code, event_type = "error", 500, ""
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
-            event, refused = _read_event()
-            event_type = event.get_type() if event is not None else ""
+            read = _read_event()
+            event = None if isinstance(read, tuple) else read
             with tracing.delivery(step.name, tracing.incoming(headers, event)) as span:
                 traceparent = tracing.current_traceparent()
                 with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
-                    if event is not None:
-                        span.update_name(f"{step.name} {event.get_type()}")
-                        span.set_attributes(tracing.event_attributes(event))
-                    response, result = refused or _deliver(step, event)
+                    if isinstance(read, tuple):  # refused before it was an event
+                        response, result = read
+                    else:
+                        event_type = read.get_type()
+                        span.update_name(f"{step.name} {event_type}")
+                        span.set_attributes(tracing.event_attributes(read))
+                        response, result = _deliver(step, read)
                 code = response.status_code
                 tracing.outcome(span, code, result)
             return response
@@ -140,23 +143,21 @@ def _known_type(step: Step, event_type: str) -> str:
     return event_type if event_type in step.accepts else "other"
 
 
-def _read_event() -> tuple[BaseCloudEvent | None, tuple[Response, str] | None]:
-    """The delivered event, or the answer that refuses it."""
+def _read_event() -> BaseCloudEvent | tuple[Response, str]:
+    """The delivered event, or the answer (and result) that refuses it."""
     try:
-        return events.parse(dict(request.headers), request.get_data(cache=False)), None
+        return events.parse(dict(request.headers), request.get_data(cache=False))
     except RequestEntityTooLarge:
         log.warning("oversized request refused")
-        return None, (_error(413, f"request body larger than {MAX_BODY_BYTES} bytes"), "error")
+        return _error(413, f"request body larger than {MAX_BODY_BYTES} bytes"), "error"
     except BadEvent as err:
         log.warning("bad event refused", extra={"error": str(err)})
-        return None, (_error(400, str(err)), "error")
+        return _error(400, str(err)), "error"
 
 
-def _deliver(step: Step, event: BaseCloudEvent | None) -> tuple[Response, str]:
+def _deliver(step: Step, event: BaseCloudEvent) -> tuple[Response, str]:
     ref: TenantRef | None = None
     try:
-        if event is None:
-            raise BadEvent("no event")
         with logs.bind(event_id=event.get_id(), event_type=event.get_type()):
             if event.get_type() not in step.accepts:
                 raise BadEvent(f"{step.name} does not handle events of type {event.get_type()!r}")

@@ -87,7 +87,8 @@ def _tracer() -> trace.Tracer:
 
 
 def incoming(headers: Mapping[str, str], event: BaseCloudEvent | None) -> otel_context.Context:
-    """The context a delivery continues: the event's ``traceparent`` extension, else the header."""
+    """The context a delivery continues: the event's ``traceparent`` extension, else the header
+    (``headers`` with lowercase names)."""
     carrier: dict[str, str] = {}
     if event is not None:
         extension = event.get_extension("traceparent")
@@ -97,10 +98,7 @@ def incoming(headers: Mapping[str, str], event: BaseCloudEvent | None) -> otel_c
             if isinstance(state, str) and state:
                 carrier["tracestate"] = state
     if not carrier:
-        for name in ("traceparent", "tracestate"):
-            value = headers.get(name) or headers.get(name.title())
-            if value:
-                carrier[name] = value
+        carrier = {name: headers[name] for name in ("traceparent", "tracestate") if headers.get(name)}
     return _PROPAGATOR.extract(carrier)
 
 
