@@ -28,14 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import requests
-import yaml
 
 from shared.kube import Kube
-from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from testbed.local.stack import Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
 
-from .workload import tenant
+from .workload import provision, tenant
 
 
 def timed(fn: Callable[[], object], runs: int) -> list[float]:
@@ -114,15 +113,7 @@ def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
         assert response.status_code in (200, 204), response.text
 
     def to_ready() -> None:
-        name = f"bench-e2e-{next(counter)}"
-        stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant(name)))
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            found = kube.get_tenant(TENANT_NAMESPACE, name)
-            if found is not None and found.status.phase is not None and found.status.phase.value == "Ready":
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"{name} not Ready within 120 s")
+        provision(stack, kube, f"bench-e2e-{next(counter)}")
 
     results = [
         ("helm upgrade --install, chart from OCI registry", timed(raw_oci, runs)),

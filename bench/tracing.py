@@ -14,22 +14,19 @@ import argparse
 import logging
 import statistics
 import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
 from shared.kube import Kube
 from testbed.jaeger import start_jaeger
 from testbed.local.runner import tracing_env
-from testbed.local.stack import TENANT_NAMESPACE, StackOptions, start_stack
+from testbed.local.stack import StackOptions, start_stack
 from testbed.processes import Supervisor
 from testbed.toolchain import ensure_all
 
-from .workload import tenant
+from .workload import provision
 
 FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
 
@@ -53,16 +50,7 @@ def measure(tracing: bool, tenants: int) -> dict[str, list[float]]:
             kube = Kube.connect(stack.admin_kubeconfig)
             try:
                 for i in range(tenants):
-                    name = f"bench-{'on' if tracing else 'off'}-{i}"
-                    stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant(name)))
-                    deadline = time.monotonic() + 120
-                    while time.monotonic() < deadline:
-                        found = kube.get_tenant(TENANT_NAMESPACE, name)
-                        if found is not None and found.status.phase is not None and found.status.phase.value == "Ready":
-                            break
-                        time.sleep(0.2)
-                    else:
-                        raise SystemExit(f"{name} did not get Ready")
+                    provision(stack, kube, f"bench-{'on' if tracing else 'off'}-{i}", poll=0.2)
                 stack.watch.wait_idle(timeout=30)
             finally:
                 kube.close()
