@@ -8,7 +8,10 @@
 calls live in the run folder (:func:`helm_env`); ``~/.config/helm`` is never touched.
 
 helm v3.16.4 talks plain HTTP to a registry on 127.0.0.1/localhost by itself (checked by the
-test bed's tests), so neither ``helm push`` nor pyhelm3's pulls need ``--plain-http``.
+test bed's tests), so neither ``helm push`` nor pyhelm3's pulls need ``--plain-http``. Anywhere
+else helm wants HTTPS: the cluster tier, whose pods reach the registry on the node address, starts
+it with ``tls`` (a certificate of the test bed's CA, :class:`RegistryTLS`), and helm in the pods
+trusts that CA through ``SSL_CERT_FILE``.
 """
 
 from __future__ import annotations
@@ -32,14 +35,24 @@ CHART_REPOSITORY = "charts"
 
 
 @dataclass(frozen=True)
+class RegistryTLS:
+    """The registry's serving certificate and key, and the CA file that verifies them."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
+@dataclass(frozen=True)
 class Registry:
-    """A running registry: ``url`` is ``http://127.0.0.1:<port>``, ``host`` is ``127.0.0.1:<port>``."""
+    """A running registry: ``url`` is ``http(s)://<address>:<port>``, ``host`` is ``<address>:<port>``."""
 
     url: str
     host: str
     port: int
     storage_dir: Path
     config_file: Path
+    ca_file: Path | None = None  # with TLS: the CA that verifies it
 
     def oci(self, path: str = "") -> str:
         """``oci://<host>/<path>``."""
@@ -70,8 +83,11 @@ def start_registry(
     *,
     supervisor: Supervisor | None = None,
     ready_timeout: float = 60.0,
+    address: str = "127.0.0.1",
+    tls: RegistryTLS | None = None,
 ) -> Iterator[Registry]:
-    """Start a registry with storage under ``workdir``; stop it when the block ends."""
+    """Start a registry with storage under ``workdir``, listening on ``address`` (over HTTPS with
+    ``tls``); stop it when the block ends."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
@@ -87,12 +103,13 @@ def start_registry(
                 "delete": {"enabled": True},
                 "maintenance": {"uploadpurging": {"enabled": False}},
             },
-            "http": {"addr": f"127.0.0.1:{port}"},
+            "http": {"addr": f"{address}:{port}"}
+            | ({"tls": {"certificate": str(tls.cert_file), "key": str(tls.key_file)}} if tls else {}),
             "health": {"storagedriver": {"enabled": False}},
         }
         config_file = workdir / "registry-config.yml"
         config_file.write_text(yaml.safe_dump(config))
-        url = f"http://127.0.0.1:{port}"
+        url = f"{'https' if tls else 'http'}://{address}:{port}"
         process = sup.start(
             ProcessSpec(
                 name="registry",
@@ -100,11 +117,18 @@ def start_registry(
                 # No OpenTelemetry exporter: by default it would try localhost:4318 forever.
                 env={"OTEL_TRACES_EXPORTER": "none", "OTEL_SDK_DISABLED": "true"},
             ),
-            HttpProbe(f"{url}/v2/"),
+            HttpProbe(f"{url}/v2/", ca_file=tls.ca_file if tls else None),
             ready_timeout=ready_timeout,
         )
         stack.callback(sup.stop, process)
-        yield Registry(url=url, host=f"127.0.0.1:{port}", port=port, storage_dir=storage, config_file=config_file)
+        yield Registry(
+            url=url,
+            host=f"{address}:{port}",
+            port=port,
+            storage_dir=storage,
+            config_file=config_file,
+            ca_file=tls.ca_file if tls else None,
+        )
 
 
 def push_chart(
@@ -115,6 +139,7 @@ def push_chart(
     *,
     repository: str = CHART_REPOSITORY,
     plain_http: bool = False,
+    ca_file: Path | None = None,
 ) -> str:
     """``helm package`` + ``helm push`` ``chart_dir`` to ``registry_url``; return its oci:// reference.
 
@@ -134,6 +159,8 @@ def push_chart(
     args = [str(tools.helm), "push", str(archive), f"oci://{host}/{repository}"]
     if plain_http:
         args.append("--plain-http")
+    if ca_file is not None:
+        args.append(f"--ca-file={ca_file}")
     run(args, env=env)
     return f"oci://{host}/{repository}/{name}"
 

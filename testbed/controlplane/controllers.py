@@ -63,12 +63,15 @@ def start_controller_manager(
     supervisor: Supervisor,
     ready_timeout: float = 120.0,
     controllers: Sequence[str] = CONTROLLERS,
+    extra_args: Sequence[str] = (),
 ) -> ManagedProcess:
     """Start kube-controller-manager talking through ``kubeconfig``; wait until it is ready.
 
     ``kubeconfig`` should authenticate as :data:`USER` in :data:`GROUPS`; ``ca`` signs the
     ``/healthz`` serving certificate. The process belongs to ``supervisor`` (log
-    ``kube-controller-manager.log``); the caller stops it.
+    ``kube-controller-manager.log``); the caller stops it. ``controllers`` may use the flag's
+    ``*`` and ``-name`` forms (the node of :mod:`testbed.node` runs them all); only the names
+    given plainly are waited for in the log. ``extra_args`` are appended to the command line.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +82,7 @@ def start_controller_manager(
     port = free_port()
     probe = ControllersStarted(
         healthz=HttpProbe(f"https://127.0.0.1:{port}/healthz", ca_file=ca_file),
-        controllers=tuple(_CANONICAL.get(name, name) for name in controllers),
+        controllers=tuple(_CANONICAL.get(name, name) for name in controllers if name != "*" and name[:1] != "-"),
     )
     return supervisor.start(
         ProcessSpec(
@@ -98,6 +101,7 @@ def start_controller_manager(
                 # (20 QPS) would make a namespace with many objects linger for seconds.
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
+                *extra_args,
             ),
         ),
         probe,

@@ -19,7 +19,9 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from testbed.controlplane import controllers, pki
+from testbed.controlplane import controllers as controller_manager_options
+from testbed.controlplane import pki
+from testbed.controlplane.controllers import start_controller_manager
 from testbed.controlplane.kubeconfig import b64, kubeconfig_for_user, write_kubeconfig
 from testbed.controlplane.model import ADMIN_GROUPS, ADMIN_USER, SERVICE_ACCOUNT_ISSUER, ControlPlane
 from testbed.controlplane.namespaces import wait_for_default_namespace
@@ -53,12 +55,17 @@ def start_control_plane(
     supervisor: Supervisor | None = None,
     ready_timeout: float = 120.0,
     extra_apiserver_args: Sequence[str] = (),
+    controllers: Sequence[str] = controller_manager_options.CONTROLLERS,
+    extra_controller_manager_args: Sequence[str] = (),
 ) -> Iterator[ControlPlane]:
     """Start etcd, kube-apiserver and kube-controller-manager under ``workdir``; stop them when
     the block ends.
 
     With ``supervisor`` given, the processes belong to it (and it stops them at the latest when
-    it closes); otherwise a supervisor of its own is used for the block.
+    it closes); otherwise a supervisor of its own is used for the block. ``extra_apiserver_args``
+    and ``extra_controller_manager_args`` are appended to the two command lines (a single-value
+    flag given again overrides the one here), ``controllers`` is kube-controller-manager's
+    ``--controllers`` list (the real node of :mod:`testbed.node` runs them all: ``*``).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -162,18 +169,20 @@ def start_control_plane(
         )
         wait_for_default_namespace(control_plane, ready_timeout)
 
-        controller_manager = controllers.start_controller_manager(
+        controller_manager = start_controller_manager(
             tools.kube_controller_manager,
             kubeconfig_for_user(
                 control_plane,
-                controllers.USER,
-                controllers.GROUPS,
+                controller_manager_options.USER,
+                controller_manager_options.GROUPS,
                 workdir / "kube-controller-manager" / "kubeconfig",
             ),
             control_plane.certificate_authority(),
             workdir / "kube-controller-manager",
             supervisor=sup,
             ready_timeout=ready_timeout,
+            controllers=controllers,
+            extra_args=extra_controller_manager_args,
         )
         stack.callback(sup.stop, controller_manager)
         yield control_plane

@@ -27,7 +27,9 @@ The modules, one concern each:
 - :mod:`.builds`: what each tool is (``BUILDS``, ``GoBuild``, ``ModuleCopy``, ``steps``);
 - :mod:`.cache`: the cache folder, a tool's folder in it, the build lock;
 - :mod:`.gobuild`: the wrapper module, ``go build`` per binary and the module copies;
-- :mod:`.provision`: ``Toolchain``, ``ensure``, ``ensure_all``, ``knative_check``;
+- :mod:`.provision`: ``Toolchain``, ``ensure``, ``ensure_all``, ``ClusterToolchain``, ``ensure_cluster``
+  (the cluster tier's node binaries, CoreDNS, pause, Knative Serving, Eventing's webhook, Traefik),
+  ``knative_check``;
 - :mod:`.progress`: the progress lines, estimates and ``timings.json``;
 - :mod:`.cli`: ``main``, for ``python -m testbed.toolchain`` (builds everything, prints the paths).
 """
@@ -38,7 +40,7 @@ from testbed.toolchain.builds import BUILDS, GoBuild, ModuleCopy, steps
 from testbed.toolchain.cache import cache_root
 from testbed.toolchain.cli import main
 from testbed.toolchain.errors import ToolchainError
-from testbed.toolchain.provision import Toolchain, ensure, ensure_all, knative_check
+from testbed.toolchain.provision import ClusterToolchain, Toolchain, ensure, ensure_all, ensure_cluster, knative_check
 from testbed.toolchain.versions import (
     ETCD_VERSION,
     HELM_VERSION,
@@ -68,6 +70,7 @@ __all__ = [
     "PROMETHEUS_VERSION",
     "REGISTRY_VERSION",
     "VERSIONS",
+    "ClusterToolchain",
     "GoBuild",
     "ModuleCopy",
     "Toolchain",
@@ -75,6 +78,7 @@ __all__ = [
     "cache_root",
     "ensure",
     "ensure_all",
+    "ensure_cluster",
     "knative_check",
     "main",
     "steps",

@@ -16,17 +16,21 @@ from pathlib import Path
 
 from testbed.toolchain.progress import Step
 from testbed.toolchain.versions import (
+    COREDNS_VERSION,
     ETCD_VERSION,
     HELM_VERSION,
     JAEGER_MODULE_VERSION,
     JAEGER_VERSION,
+    KNATIVE_CACHING_MODULE_VERSION,
     KNATIVE_EVENTING_SUMS,
     KNATIVE_EVENTING_VERSION,
+    KNATIVE_NETWORKING_MODULE_VERSION,
     KNATIVE_SERVING_VERSION,
     KUBERNETES_VERSION,
     PROMETHEUS_MODULE_VERSION,
     PROMETHEUS_VERSION,
     REGISTRY_VERSION,
+    TRAEFIK_VERSION,
 )
 
 # The clone's tools/ folder (testbed/toolchain/builds.py -> <clone>/tools): Go programs of our own.
@@ -61,6 +65,7 @@ class GoBuild:
     sums: tuple[str, ...] = ()  # go.sum lines pinned here (see KNATIVE_EVENTING_SUMS)
     copies: tuple[ModuleCopy, ...] = ()
     tags: tuple[str, ...] = ()  # Go build tags (`go build -tags a,b`)
+    directives: tuple[str, ...] = ()  # go.mod lines copied from the built module (replace, exclude)
 
     @property
     def binaries(self) -> tuple[str, ...]:
@@ -204,6 +209,79 @@ BUILDS: Mapping[str, GoBuild] = {
         requires=(("github.com/jaegertracing/jaeger", JAEGER_MODULE_VERSION),),
         packages=(("jaeger", "github.com/jaegertracing/jaeger/cmd/jaeger"),),
         ldflags=_jaeger_ldflags(JAEGER_VERSION),
+    ),
+    # --- the cluster tier (testbed.cluster): a real node, Knative Serving and its ingress -------
+    "kube-node": GoBuild(
+        name="kube-node",
+        version=KUBERNETES_VERSION,
+        requires=(("k8s.io/kubernetes", KUBERNETES_VERSION),),
+        packages=(
+            ("kubelet", "k8s.io/kubernetes/cmd/kubelet"),
+            ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler"),
+            ("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy"),
+        ),
+        ldflags=_k8s_ldflags(KUBERNETES_VERSION),
+        replace_staging_of="k8s.io/kubernetes",
+    ),
+    "coredns": GoBuild(
+        name="coredns",
+        version=COREDNS_VERSION,
+        requires=(("github.com/coredns/coredns", COREDNS_VERSION),),
+        packages=(("coredns", "github.com/coredns/coredns"),),
+    ),
+    # The pod sandbox's process: a Go program of ours (tools/pause), no registry needed.
+    "pause": GoBuild(
+        name="pause",
+        version="1",
+        requires=(),
+        packages=(("pause", "."),),
+        source_dir=TOOLS_SRC / "pause",
+    ),
+    # Knative Serving's control plane and queue-proxy (unmodified upstream mains) and the release
+    # manifests they come with: Serving's config/core, and the CRDs its release takes from
+    # knative.dev/networking (KIngress, Certificate, ServerlessService) and knative.dev/caching (Image).
+    "knative-serving": GoBuild(
+        name="knative-serving",
+        version=KNATIVE_SERVING_VERSION,
+        requires=(("knative.dev/serving", KNATIVE_SERVING_VERSION),),
+        packages=(
+            ("controller", "knative.dev/serving/cmd/controller"),
+            ("webhook", "knative.dev/serving/cmd/webhook"),
+            ("activator", "knative.dev/serving/cmd/activator"),
+            ("autoscaler", "knative.dev/serving/cmd/autoscaler"),
+            ("queue", "knative.dev/serving/cmd/queue"),
+        ),
+        copies=(
+            ModuleCopy("knative.dev/serving", KNATIVE_SERVING_VERSION, "config/core", "config/serving"),
+            ModuleCopy("knative.dev/networking", KNATIVE_NETWORKING_MODULE_VERSION, "config", "config/networking"),
+            ModuleCopy("knative.dev/caching", KNATIVE_CACHING_MODULE_VERSION, "config", "config/caching"),
+        ),
+    ),
+    # Knative Eventing's admission webhook, which the fast tier does without: in the cluster tier
+    # Eventing runs from its release configuration, webhook included. Its own entry, so that caches
+    # holding "knative-eventing" keep it.
+    "knative-eventing-webhook": GoBuild(
+        name="knative-eventing-webhook",
+        version=KNATIVE_EVENTING_VERSION,
+        requires=(("knative.dev/eventing", KNATIVE_EVENTING_VERSION),),
+        packages=(("webhook", "knative.dev/eventing/cmd/webhook"),),
+        sums=KNATIVE_EVENTING_SUMS,
+    ),
+    # Traefik v3.6 implements Knative's KIngress itself (its experimental Knative provider): the
+    # ingress of the cluster tier, pure Go. The directives are v3.6.12's own go.mod's, which a
+    # wrapper module must repeat (replaces of a dependency do not apply to its dependents).
+    "traefik": GoBuild(
+        name="traefik",
+        version=TRAEFIK_VERSION,
+        requires=(("github.com/traefik/traefik/v3", TRAEFIK_VERSION),),
+        packages=(("traefik", "github.com/traefik/traefik/v3/cmd/traefik"),),
+        directives=(
+            "replace github.com/abbot/go-http-auth => "
+            "github.com/containous/go-http-auth v0.4.1-0.20200324110947-a37a7636d23e",
+            "replace github.com/gorilla/mux => github.com/containous/mux v0.0.0-20250523120546-41b6ec3aed59",
+            "replace github.com/mailgun/minheap => github.com/containous/minheap v0.0.0-20190809180810-6e71eb837595",
+            "exclude github.com/tencentcloud/tencentcloud-sdk-go v3.0.83+incompatible",
+        ),
     ),
 }
 

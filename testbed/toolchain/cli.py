@@ -1,6 +1,7 @@
-"""``python -m testbed.toolchain [--with-checker]``: build everything, print versions and paths as JSON.
+"""``python -m testbed.toolchain [--with-checker] [--cluster]``: build everything, print versions and paths as JSON.
 
-With ``--with-checker`` it also builds (or finds) ``knative-check``. The JSON goes to stdout, the
+With ``--with-checker`` it also builds (or finds) ``knative-check``; with ``--cluster``, the cluster
+tier's tools too (``ensure_cluster``). The JSON goes to stdout, the
 progress lines and how long it took to stderr; exit 1 with the reason when a tool cannot be built.
 """
 
@@ -12,7 +13,7 @@ import time
 
 from testbed.toolchain.cache import cache_root
 from testbed.toolchain.errors import ToolchainError
-from testbed.toolchain.provision import ensure_all, knative_check
+from testbed.toolchain.provision import ensure_all, ensure_cluster, knative_check
 from testbed.toolchain.versions import VERSIONS
 
 
@@ -22,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tools = ensure_all()
         extra = {"knative-check": str(knative_check())} if "--with-checker" in args else {}
+        if "--cluster" in args:
+            cluster = ensure_cluster()
+            extra |= {k: str(v) for k, v in vars(cluster).items() if k != "base"}
     except ToolchainError as err:
         print(f"toolchain: {err}", file=sys.stderr)
         return 1

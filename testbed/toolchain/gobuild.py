@@ -58,9 +58,10 @@ def _write_module(build: GoBuild, src: Path, env: Mapping[str, str]) -> None:
         for path in build.source_dir.iterdir():
             if path.suffix == ".go":
                 shutil.copy(path, src / path.name)
-    lines = [f"module kubeopera.local/tools/{build.name}", "", "go 1.24", "", "require ("]
-    lines += [f"\t{mod} {ver}" for mod, ver in build.requires]
-    lines.append(")")
+    lines = [f"module kubeopera.local/tools/{build.name}", "", "go 1.24", ""]
+    if build.requires:
+        lines += ["require (", *(f"\t{mod} {ver}" for mod, ver in build.requires), ")"]
+    lines += ["", *build.directives]
     if build.replace_staging_of:
         version = dict(build.requires)[build.replace_staging_of]
         lines += ["", "replace (", *_staging_replaces(build.replace_staging_of, version, src, env), ")"]

@@ -56,13 +56,26 @@ DEFAULT_SECONDS: Mapping[str, float] = {
     # order they also find the grpc, protobuf and OpenTelemetry packages the tools before compiled).
     "promtool": 175.0,
     "jaeger": 281.0,
+    # The cluster tier (ensure_cluster), after everything above: the node's binaries reuse
+    # kube-apiserver's packages, Serving's reuse Eventing's.
+    "kubelet": 240.0,
+    "kube-scheduler": 10.0,
+    "kube-proxy": 15.0,
+    "coredns": 140.0,
+    "pause": 5.0,
+    "webhook": 10.0,
+    "activator": 5.0,
+    "autoscaler": 6.0,
+    "queue": 3.0,
+    "traefik": 420.0,
 }
 
 
 @dataclass(frozen=True)
 class Step:
-    """One `go build` invocation: one binary of a tool. Binary names are unique across tools,
-    so the binary alone names the step in timings.json."""
+    """One `go build` invocation: one binary of a tool. The binary alone names the step in
+    timings.json: names are unique across tools but for Knative's ``controller`` and ``webhook``
+    (Eventing's and Serving's), which share a record; they take about as long."""
 
     tool: str
     binary: str

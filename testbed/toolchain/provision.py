@@ -126,6 +126,40 @@ def ensure_all() -> Toolchain:
     )
 
 
+@dataclass(frozen=True)
+class ClusterToolchain:
+    """The cluster tier's binaries (testbed.cluster), on top of the fast tier's :class:`Toolchain`."""
+
+    base: Toolchain
+    kube_node: Path  # bin folder: kubelet, kube-scheduler, kube-proxy
+    coredns: Path
+    pause: Path
+    knative_serving: Path  # bin folder: controller, webhook, activator, autoscaler, queue
+    knative_serving_config: Path  # serving/ (config/core), networking/ and caching/ (config/)
+    knative_eventing_webhook: Path
+    traefik: Path
+
+
+CLUSTER_TOOLS = ("kube-node", "coredns", "pause", "knative-serving", "knative-eventing-webhook", "traefik")
+
+
+def ensure_cluster() -> ClusterToolchain:
+    """The fast tier's tools and the cluster tier's, built on first use (about 20 more minutes cold)."""
+    base = ensure_all()
+    progress = _progress(list(CLUSTER_TOOLS))
+    bins = {name: ensure(name, progress) for name in CLUSTER_TOOLS}
+    return ClusterToolchain(
+        base=base,
+        kube_node=bins["kube-node"],
+        coredns=bins["coredns"] / "coredns",
+        pause=bins["pause"] / "pause",
+        knative_serving=bins["knative-serving"],
+        knative_serving_config=bins["knative-serving"].parent / "config",
+        knative_eventing_webhook=bins["knative-eventing-webhook"] / "webhook",
+        traefik=bins["traefik"] / "traefik",
+    )
+
+
 def knative_check() -> Path:
     """The Go program that runs Knative's own Validate() on our manifests."""
     return ensure("knative-check") / "knative-check"

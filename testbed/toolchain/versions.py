@@ -23,6 +23,13 @@ PROMETHEUS_VERSION = "v3.16.0"
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
 JAEGER_VERSION = "v2.13.0"
 JAEGER_MODULE_VERSION = "v1.76.0"
+# The cluster tier (testbed.cluster): a real node and Knative Serving with Traefik as its ingress.
+# knative.dev/networking and knative.dev/caching are the versions serving v0.48.0's go.mod requires:
+# their CRDs (KIngress, Certificate, ServerlessService, Image) are part of Serving's release.
+COREDNS_VERSION = "v1.14.7"
+TRAEFIK_VERSION = "v3.6.12"
+KNATIVE_NETWORKING_MODULE_VERSION = "v0.0.0-20260120131110-a7cdca238a0d"
+KNATIVE_CACHING_MODULE_VERSION = "v0.0.0-20260120130310-f1fc03b7f5ee"
 
 VERSIONS: Mapping[str, str] = {
     "kubernetes": KUBERNETES_VERSION,
@@ -33,6 +40,8 @@ VERSIONS: Mapping[str, str] = {
     "knative-serving": KNATIVE_SERVING_VERSION,
     "promtool": PROMETHEUS_VERSION,
     "jaeger": JAEGER_VERSION,
+    "coredns": COREDNS_VERSION,
+    "traefik": TRAEFIK_VERSION,
 }
 
 # The checksum database answers 404 for knative.dev/eventing@v0.48.0, which the proxy serves;

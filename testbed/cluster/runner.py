@@ -1,0 +1,121 @@
+"""``kubeopera-tenants local --cluster``: the pipeline on the cluster tier, and a live view of it.
+
+Starts everything :mod:`testbed.cluster.stack` describes (a cold first run builds the cluster
+tier's tools and images first), optionally writes the admin kubeconfig, creates the example
+Tenant and prints, as they happen, each Tenant's phase changes and how many pods each function's
+Knative Service runs (Knative scaling it from zero and back). Ctrl-C (or SIGTERM) stops it all
+and puts the machine back as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from shared.errors import TenantError
+from shared.kube import Kube
+from shared.tenant import Tenant
+from testbed.cluster.scaling import ready_pods
+from testbed.cluster.stack import NAMESPACE, ClusterOptions, ClusterStack, start_cluster
+from testbed.local.project import project_path
+from testbed.processes import install_signal_handlers
+
+EXAMPLE = ("deploy", "examples", "alice-default.yaml")
+
+
+@dataclass(frozen=True)
+class ClusterRunOptions:
+    kubeconfig_out: Path | None = None
+    create_example: bool = True
+    vcluster_boot_seconds: float = 20.0
+
+
+@dataclass
+class _Shown:
+    started: float = field(default_factory=time.monotonic)
+    phases: dict[str, str] = field(default_factory=dict)
+    pods: Mapping[str, int] = field(default_factory=dict)
+
+
+def _say(out: TextIO, shown: _Shown, text: str) -> None:
+    print(f"[{time.monotonic() - shown.started:6.1f}s] {text}", file=out, flush=True)
+
+
+def run_cluster(options: ClusterRunOptions, out: TextIO) -> int:
+    if threading.current_thread() is threading.main_thread():
+        # A shell starts background jobs with SIGINT ignored; Ctrl-C must always stop us.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        install_signal_handlers()  # SIGTERM/SIGHUP tear down as Ctrl-C does
+    print(
+        "kubeopera-tenants local --cluster: starting a real node with Knative Serving and Eventing "
+        "(a cold first run builds the tools and images: about 20 minutes)...",
+        file=out,
+        flush=True,
+    )
+    cluster_options = ClusterOptions(vcluster_boot_seconds=options.vcluster_boot_seconds)
+    try:
+        with start_cluster(cluster_options) as cluster:
+            _serve(cluster, options, out)
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    except TenantError as err:
+        print(f"error: {err}", file=out, flush=True)
+        return 1
+    print("stopped; the node is gone and the machine is as it was.", file=out, flush=True)
+    return 0
+
+
+def _serve(cluster: ClusterStack, options: ClusterRunOptions, out: TextIO) -> None:
+    shown = _Shown()
+    kubeconfig = cluster.admin_kubeconfig
+    if options.kubeconfig_out is not None:
+        options.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kubeconfig, options.kubeconfig_out)
+        os.chmod(options.kubeconfig_out, 0o600)
+        kubeconfig = options.kubeconfig_out
+    _say(out, shown, "ready: the node, Knative Serving with Traefik, Knative Eventing and the functions' Services")
+    print(
+        f"\nUse kubectl against it:\n  export KUBECONFIG={kubeconfig}\n"
+        f"  kubectl get kt,ksvc -n {NAMESPACE}\n  kubectl get pods -A\n"
+        f"Callbacks go to the kubeopera-api stand-in at {cluster.api.url}; logs are in {cluster.log_dir()}\n"
+        "Ctrl-C stops everything.\n",
+        file=out,
+        flush=True,
+    )
+    kube = Kube.connect(cluster.admin_kubeconfig)
+    try:
+        if options.create_example:
+            cluster.kubectl("apply", "-f", str(project_path(*EXAMPLE)))
+            _say(out, shown, "created Tenant kubeopera-system/alice-default")
+        while True:
+            _poll(cluster, kube, shown, out)
+            time.sleep(1)
+    finally:
+        kube.close()
+
+
+def _poll(cluster: ClusterStack, kube: Kube, shown: _Shown, out: TextIO) -> None:
+    with contextlib.suppress(Exception):  # a failed sample is shown at the next one
+        pods = ready_pods(cluster.node, NAMESPACE, cluster.functions)
+        if pods != shown.pods:
+            running = ", ".join(f"{s.removeprefix('tenant-')} {n}" for s, n in pods.items() if n) or "none"
+            _say(out, shown, f"pods running per function: {running}")
+            shown.pods = pods
+    for obj in kube.list_tenant_objects(NAMESPACE):
+        try:
+            tenant = Tenant.from_object(obj)
+        except TenantError:
+            continue
+        phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+        if shown.phases.get(tenant.name) != phase:
+            shown.phases[tenant.name] = phase
+            message = f": {tenant.status.message}" if tenant.status.message else ""
+            _say(out, shown, f"{tenant.name}: phase {phase}{message}")

@@ -1,0 +1,250 @@
+"""The cluster tier: the whole pipeline with every function a real Knative Service on a real node.
+
+``start_cluster`` brings up, in order, and takes down in reverse (the machine as it was after):
+
+1. the images (:mod:`testbed.images`): Knative's, Traefik, CoreDNS, pause, and the function image
+   built from the project's own wheel in the Dockerfile's layout;
+2. the node (:mod:`testbed.node`): control plane, containerd, kubelet, kube-scheduler, kube-proxy,
+   with the images imported; then CoreDNS;
+3. Knative Serving v0.48.0 from its release configuration (controller, webhook, activator,
+   autoscaler) and Traefik as its ingress, then Knative Eventing v0.48.0 from its release
+   configuration (controller, webhook, the in-memory channel, the multi-tenant broker, the
+   PingSource adapter), all of them pods (:mod:`testbed.cluster.release`);
+4. the stand-ins, on the node address so pods reach them: the OCI registry with the stand-in
+   chart (over HTTPS with a certificate of the cluster's CA: helm speaks plain HTTP only to
+   localhost), the kubeopera-api stand-in, and the vCluster stand-in (a host process watching the
+   API server, as the vCluster pod would);
+5. ``deploy/crd`` and ``deploy/base`` with ``eventing/``, changed only where a stand-in or the
+   local image must be named (:func:`testbed.cluster.release.project_manifests`), and waits until
+   every Knative Service, the Broker, every Trigger and both sources are Ready.
+
+Knative's autoscaler windows are shortened (``ClusterOptions.autoscaler``; its webhook refuses a
+stable window under 6 s) so that scaling to zero takes seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from shared.naming import DEFAULT_TENANT_NAMESPACE
+from testbed.cluster import release
+from testbed.controlplane import pki
+from testbed.images import build_all
+from testbed.local.project import CHART_DIR, project_path
+from testbed.node import NODE_IP, Node, NodeError, start_node
+from testbed.processes import ProcessSpec, free_port
+from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
+from testbed.standins.kubeopera_api import ApiStandIn
+from testbed.toolchain import ClusterToolchain, ensure_cluster
+
+NAMESPACE = DEFAULT_TENANT_NAMESPACE
+SERVING_NAMESPACE = "knative-serving"
+EVENTING_NAMESPACE = "knative-eventing"
+DEFAULT_AUTOSCALER: Mapping[str, str] = MappingProxyType({"stable-window": "20s", "scale-to-zero-grace-period": "10s"})
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    run_dir: Path | None = None
+    vcluster_boot_seconds: float = 3.0
+    autoscaler: Mapping[str, str] = DEFAULT_AUTOSCALER
+    # More settings of the functions (tenant-functions-config), e.g. READY_POLL_SECONDS.
+    function_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    images_dir: Path | None = None  # where built images are cached (default: the tools cache)
+
+
+@dataclass(frozen=True)
+class ClusterStack:
+    """What is running on the node, and where."""
+
+    node: Node
+    tools: ClusterToolchain
+    registry: Registry
+    chart_ref: str
+    api: ApiStandIn
+    functions: tuple[str, ...]  # the Knative Services of deploy/base
+    run_dir: Path
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.node.kubeconfig
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 120.0) -> str:
+        return self.node.kubectl(*args, input=input, timeout=timeout)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json"))
+        return found
+
+    def pods(self, service: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+        """The pods of a Knative Service's revisions that are not being deleted."""
+        items = self.get("pods", "-n", namespace, "-l", f"serving.knative.dev/service={service}")["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def desired_scale(self, service: str, namespace: str = NAMESPACE) -> int:
+        """What Knative's autoscaler wants for the Service's latest revision (its PodAutoscaler)."""
+        pas = self.get("podautoscalers.autoscaling.internal.knative.dev", "-n", namespace,
+                       "-l", f"serving.knative.dev/service={service}")["items"]  # fmt: skip
+        return sum(int(pa.get("status", {}).get("desiredScale", 0) or 0) for pa in pas)
+
+    def log_dir(self) -> Path:
+        return self.node.dirs.logs
+
+    def cluster_ip(self, service: str, namespace: str) -> str:
+        """A Service's ClusterIP: kube-proxy answers it from this machine as from a pod."""
+        return str(self.get("service", service, "-n", namespace)["spec"]["clusterIP"])
+
+    @property
+    def broker_url(self) -> str:
+        """The Broker's ingress, reachable from here (its ClusterIP; the path names the Broker)."""
+        return f"http://{self.cluster_ip('broker-ingress', EVENTING_NAMESPACE)}/{NAMESPACE}/default"
+
+    @property
+    def ingress_url(self) -> str:
+        """Traefik's cluster-local entry point (what ``<ksvc>.<ns>.svc.cluster.local`` leads to)."""
+        return f"http://{self.cluster_ip('traefik-internal', SERVING_NAMESPACE)}"
+
+
+def _apply(node: Node, docs: Sequence[Mapping[str, Any]], *, server_side: bool = False) -> None:
+    if not docs:
+        return
+    args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
+    node.kubectl(*args, input=yaml.safe_dump_all(list(docs)), timeout=300)
+
+
+def _install(node: Node, manifests: release.Manifests, namespaces: Sequence[str], timeout: int = 300) -> None:
+    """CRDs, then (once Established) everything else, then every Deployment of ``namespaces`` Available."""
+    _apply(node, manifests.crds, server_side=True)
+    if manifests.crds:
+        node.kubectl(
+            "wait", "--for=condition=Established", f"--timeout={timeout}s", "crd", "--all", timeout=timeout + 30
+        )
+    _apply_until_admitted(node, manifests.objects)
+    for namespace in namespaces:
+        node.kubectl("wait", "--for=condition=Available", f"--timeout={timeout}s", "deployment", "--all",
+                     "-n", namespace, timeout=timeout + 30)  # fmt: skip
+
+
+def _apply_until_admitted(node: Node, docs: Sequence[Mapping[str, Any]], timeout: float = 180.0) -> None:
+    """Apply; again while the API server refuses something because a webhook it must call is
+    not serving yet (Knative's webhooks are pods of the same release) or a kind is not served yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _apply(node, docs)
+            return
+        except Exception as err:  # noqa: BLE001 - kubectl's message decides
+            text = str(err)
+            transient = any(
+                s in text
+                for s in (
+                    "failed calling webhook",
+                    "no endpoints available",
+                    "connection refused",
+                    "no matches for kind",
+                )
+            )
+            if not transient or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def _wait_ready(node: Node, kind: str, namespace: str, timeout: int = 300) -> None:
+    node.kubectl("wait", "--for=condition=Ready", f"--timeout={timeout}s", kind, "--all", "-n", namespace,
+                 timeout=timeout + 30)  # fmt: skip
+
+
+@contextlib.contextmanager
+def start_cluster(options: ClusterOptions = ClusterOptions()) -> Iterator[ClusterStack]:
+    tools = ensure_cluster()
+    owns_run_dir = options.run_dir is None
+    run_dir = Path(tempfile.mkdtemp(prefix="kubeopera-cluster-")) if options.run_dir is None else options.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        images = build_all(tools, options.images_dir or tools.base.helm.parent.parent.parent / "images")
+        with start_node(tools, run_dir / "node", images) as node, contextlib.ExitStack() as stack:
+            yield _bring_up(tools, node, options, run_dir, stack)
+    finally:
+        if owns_run_dir and not os.environ.get("KUBEOPERA_KEEP_RUN_DIR"):
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _bring_up(
+    tools: ClusterToolchain, node: Node, options: ClusterOptions, run_dir: Path, stack: contextlib.ExitStack
+) -> ClusterStack:
+    _install(node, release.Manifests(crds=(), objects=tuple(release.coredns_manifests())), ["kube-system"])
+    _install(node, release.serving_manifests(tools.knative_serving_config, options.autoscaler), [SERVING_NAMESPACE])
+    _install(node, release.Manifests(crds=(), objects=tuple(release.traefik_manifests())), [SERVING_NAMESPACE])
+    features = release.project_eventing_features(project_path())
+    _install(node, release.eventing_manifests(tools.base.knative_config / "eventing", features), [EVENTING_NAMESPACE])
+
+    registry, chart_ref = _registry(tools, node, run_dir, stack)
+    api = stack.enter_context(ApiStandIn(host=NODE_IP))
+    project = release.project_manifests(
+        project_path(),
+        tools.base.kubectl,
+        chart_ref=chart_ref,
+        api_address=(NODE_IP, api.port),
+        registry_ca_pem=node.control_plane.ca_file.read_bytes(),
+        function_config=options.function_config,
+    )
+    _install(node, project, [])
+    functions = tuple(d["metadata"]["name"] for d in project.objects if d["kind"] == "Service"
+                      and d["apiVersion"].startswith("serving.knative.dev"))  # fmt: skip
+    for kind in ("ksvc", "broker", "trigger", "apiserversource", "pingsource"):
+        _wait_ready(node, kind, NAMESPACE)
+
+    node.supervisor.start(_vcluster_standin(node.kubeconfig, options.vcluster_boot_seconds))
+    return ClusterStack(
+        node=node, tools=tools, registry=registry, chart_ref=chart_ref, api=api, functions=functions, run_dir=run_dir
+    )
+
+
+def _registry(tools: ClusterToolchain, node: Node, run_dir: Path, stack: contextlib.ExitStack) -> tuple[Registry, str]:
+    """The chart registry on the node address, over HTTPS with a certificate of the cluster's CA."""
+    folder = run_dir / "registry"
+    ca = node.control_plane.certificate_authority()
+    serving = ca.issue_serving(["registry.local"], [NODE_IP])
+    tls = RegistryTLS(
+        cert_file=pki.write_private(folder / "tls" / "registry.crt", serving.cert_pem),
+        key_file=pki.write_private(folder / "tls" / "registry.key", serving.key_pem),
+        ca_file=node.control_plane.ca_file,
+    )
+    registry = stack.enter_context(
+        start_registry(tools.base, folder, supervisor=node.supervisor, address=NODE_IP, tls=tls)
+    )
+    chart_ref = push_chart(tools.base, registry.url, CHART_DIR, folder, ca_file=tls.ca_file)
+    return registry, chart_ref
+
+
+def _vcluster_standin(admin: Path, boot_seconds: float) -> ProcessSpec:
+    return ProcessSpec(
+        name="vcluster-standin",
+        argv=(
+            sys.executable,
+            "-m",
+            "testbed.standins.vcluster",
+            "--kubeconfig",
+            str(admin),
+            "--boot-seconds",
+            str(boot_seconds),
+            "--never-boot",
+            "",
+        ),  # fmt: skip
+    )
+
+
+__all__ = ["ClusterOptions", "ClusterStack", "NodeError", "free_port", "start_cluster"]
