@@ -1,6 +1,6 @@
 # kubeopera-tenants: the two commands (README) and their parts.
 #   make run   -- the whole pipeline locally on an embedded control plane, with the example Tenant
-#   make test  -- lint, type check and the full test suite on real parts
+#   make test  -- lint, type check and the full test suite on real parts, the cluster tier's included
 # Both install what they need: a virtualenv in .venv, and the test bed's tools (built from the
 # Go module proxy at pinned versions into ~/.cache/kubeopera-tenants, outside the clone).
 
@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test tools lint typecheck unit bench clean
+.PHONY: run test test-cluster tools tools-cluster node-packages lint typecheck unit bench clean
 
 # The development install: the runtime (pyproject.toml: shared/, functions/, the operator's
 # `kubeopera-tenants status|retry`) with the test tools, then the test bed (testbed/pyproject.toml),
@@ -24,7 +24,23 @@ $(BIN)/.installed: pyproject.toml testbed/pyproject.toml
 tools: $(BIN)/.installed
 	$(BIN)/python -m testbed.toolchain --with-checker
 
-run: tools
+# The cluster tier (`make run ARGS=--cluster`, `make test-cluster`): a real node with Knative
+# Serving, Traefik and Knative Eventing as pods. It needs root, Debian's containerd, runc, CNI
+# plugins and iptables (installed here when missing), and about 20 more minutes of builds, once.
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables
+
+node-packages:
+	@missing=""; for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (the cluster tier's node)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing >/dev/null \
+	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing >/dev/null; }; \
+	fi
+
+tools-cluster: $(BIN)/.installed node-packages
+	$(BIN)/python -m testbed.toolchain --with-checker --cluster
+
+run: tools $(if $(findstring --cluster,$(ARGS)),tools-cluster)
 	$(BIN)/kubeopera-tenants local $(ARGS)
 
 lint: $(BIN)/.installed
@@ -38,8 +54,15 @@ unit: $(BIN)/.installed
 
 # The suite runs in a private network namespace where one can be made (tools/isolated): Knative's
 # channel dispatcher takes the fixed ports 8080/8443, so a `make run` may stay up meanwhile.
-test: tools lint typecheck
+# Then the cluster tier's tests (test-cluster), which need its tools even for the first part.
+test: tools tools-cluster lint typecheck
 	tools/isolated $(BIN)/pytest $(ARGS)
+	tools/isolated $(BIN)/pytest -m cluster tests/cluster
+
+# The cluster tier's tests alone, in a private network namespace too (the node's bridge, address,
+# route and iptables rules stay inside it; its cgroups, sysctls and /var paths are put back after).
+test-cluster: tools-cluster lint typecheck
+	tools/isolated $(BIN)/pytest -m cluster tests/cluster $(ARGS)
 
 bench: tools
 	$(BIN)/python -m bench

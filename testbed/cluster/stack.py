@@ -18,6 +18,11 @@
    local image must be named (:func:`testbed.cluster.release.project_manifests`), and waits until
    every Knative Service, the Broker, every Trigger and both sources are Ready.
 
+The node has 2 cores. Knative's own pods (and Traefik's and CoreDNS's) request about 1.2 CPU in
+all, sized for a real cluster, which would leave the functions' pods unschedulable during a burst:
+the test bed lowers each of their CPU requests to :data:`SYSTEM_CPU_REQUEST` (limits unchanged).
+The functions keep the requests of ``deploy/``.
+
 Knative's autoscaler windows are shortened (``ClusterOptions.autoscaler``; its webhook refuses a
 stable window under 6 s) so that scaling to zero takes seconds, not minutes.
 """
@@ -25,6 +30,7 @@ stable window under 6 s) so that scaling to zero takes seconds, not minutes.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -48,7 +54,7 @@ from testbed.node import NODE_IP, Node, NodeError, start_node
 from testbed.processes import ProcessSpec, free_port
 from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
 from testbed.standins.kubeopera_api import ApiStandIn
-from testbed.toolchain import ClusterToolchain, ensure_cluster
+from testbed.toolchain import ClusterToolchain, cache_root, ensure_cluster
 
 NAMESPACE = DEFAULT_TENANT_NAMESPACE
 SERVING_NAMESPACE = "knative-serving"
@@ -56,11 +62,29 @@ EVENTING_NAMESPACE = "knative-eventing"
 DEFAULT_AUTOSCALER: Mapping[str, str] = MappingProxyType({"stable-window": "20s", "scale-to-zero-grace-period": "10s"})
 
 
+SYSTEM_CPU_REQUEST = "20m"
+
+
+def small_requests(manifests: release.Manifests) -> release.Manifests:
+    """The same objects, with each Deployment's containers requesting at most SYSTEM_CPU_REQUEST."""
+
+    def lowered(doc: dict[str, Any]) -> dict[str, Any]:
+        if doc.get("kind") != "Deployment":
+            return doc
+        doc = copy.deepcopy(doc)
+        for container in doc["spec"]["template"]["spec"].get("containers", []):
+            requests_ = container.setdefault("resources", {}).setdefault("requests", {})
+            requests_["cpu"] = SYSTEM_CPU_REQUEST
+        return doc
+
+    return release.Manifests(crds=manifests.crds, objects=tuple(lowered(d) for d in manifests.objects))
+
+
 @dataclass(frozen=True)
 class ClusterOptions:
     run_dir: Path | None = None
     vcluster_boot_seconds: float = 3.0
-    autoscaler: Mapping[str, str] = DEFAULT_AUTOSCALER
+    autoscaler: Mapping[str, str] = field(default_factory=lambda: DEFAULT_AUTOSCALER)
     # More settings of the functions (tenant-functions-config), e.g. READY_POLL_SECONDS.
     function_config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     images_dir: Path | None = None  # where built images are cached (default: the tools cache)
@@ -174,7 +198,7 @@ def start_cluster(options: ClusterOptions = ClusterOptions()) -> Iterator[Cluste
     run_dir = Path(tempfile.mkdtemp(prefix="kubeopera-cluster-")) if options.run_dir is None else options.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        images = build_all(tools, options.images_dir or tools.base.helm.parent.parent.parent / "images")
+        images = build_all(tools, options.images_dir or cache_root() / "images")
         with start_node(tools, run_dir / "node", images) as node, contextlib.ExitStack() as stack:
             yield _bring_up(tools, node, options, run_dir, stack)
     finally:
@@ -185,11 +209,15 @@ def start_cluster(options: ClusterOptions = ClusterOptions()) -> Iterator[Cluste
 def _bring_up(
     tools: ClusterToolchain, node: Node, options: ClusterOptions, run_dir: Path, stack: contextlib.ExitStack
 ) -> ClusterStack:
-    _install(node, release.Manifests(crds=(), objects=tuple(release.coredns_manifests())), ["kube-system"])
-    _install(node, release.serving_manifests(tools.knative_serving_config, options.autoscaler), [SERVING_NAMESPACE])
-    _install(node, release.Manifests(crds=(), objects=tuple(release.traefik_manifests())), [SERVING_NAMESPACE])
+    coredns = release.Manifests(crds=(), objects=tuple(release.coredns_manifests()))
+    _install(node, small_requests(coredns), ["kube-system"])
+    serving = release.serving_manifests(tools.knative_serving_config, options.autoscaler)
+    _install(node, small_requests(serving), [SERVING_NAMESPACE])
+    traefik = release.Manifests(crds=(), objects=tuple(release.traefik_manifests()))
+    _install(node, small_requests(traefik), [SERVING_NAMESPACE])
     features = release.project_eventing_features(project_path())
-    _install(node, release.eventing_manifests(tools.base.knative_config / "eventing", features), [EVENTING_NAMESPACE])
+    eventing = release.eventing_manifests(tools.base.knative_config / "eventing", features)
+    _install(node, small_requests(eventing), [EVENTING_NAMESPACE])
 
     registry, chart_ref = _registry(tools, node, run_dir, stack)
     api = stack.enter_context(ApiStandIn(host=NODE_IP))
@@ -201,6 +229,7 @@ def _bring_up(
         registry_ca_pem=node.control_plane.ca_file.read_bytes(),
         function_config=options.function_config,
     )
+
     _install(node, project, [])
     functions = tuple(d["metadata"]["name"] for d in project.objects if d["kind"] == "Service"
                       and d["apiVersion"].startswith("serving.knative.dev"))  # fmt: skip

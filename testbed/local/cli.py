@@ -43,6 +43,13 @@ def add_arguments(local: argparse.ArgumentParser) -> None:
         "Tenant is Ready, print its trace as a waterfall",
     )
     local.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the cluster tier: a real node (kubelet, containerd) with Knative Serving, Traefik and Knative "
+        "Eventing as pods, every function a real Knative Service scaled by Knative (needs root; a cold first "
+        "run builds about 20 minutes more)",
+    )
+    local.add_argument(
         "--vcluster-boot-seconds",
         type=float,
         default=20.0,
@@ -64,6 +71,8 @@ def add_command(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return _run_cluster(args)
     from testbed.local.runner import LocalOptions
     from testbed.local.runner import run as run_local
 
@@ -75,6 +84,25 @@ def run(args: argparse.Namespace) -> int:
             vcluster_boot_seconds=args.vcluster_boot_seconds,
             trace=args.trace,
         )
+    )
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    unsupported = [
+        flag for flag, given in (("--kubeopera-api-url", args.kubeopera_api_url), ("--trace", args.trace)) if given
+    ]
+    if unsupported:
+        print(f"local --cluster: {' and '.join(unsupported)} not supported on the cluster tier yet", file=sys.stderr)
+        return 2
+    from testbed.cluster.runner import ClusterRunOptions, run_cluster
+
+    return run_cluster(
+        ClusterRunOptions(
+            kubeconfig_out=args.kubeconfig_out,
+            create_example=not args.no_example,
+            vcluster_boot_seconds=args.vcluster_boot_seconds,
+        ),
+        sys.stdout,
     )
 
 

@@ -19,17 +19,21 @@ delete them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.node.errors import NodeError
-from testbed.node.layout import BRIDGE, CGROUP_ROOT, NODE_IP, OUTSIDE_PATHS, POD_CIDR, STATE_DIR
+from testbed.node.layout import BRIDGE, CGROUP_ROOT, NODE_IP, OUTSIDE_PATHS, POD_CIDR, SERVICE_CIDR, STATE_DIR
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +113,16 @@ def cgroup_hierarchies() -> list[Path]:
 
 
 def prepare() -> None:
-    """The node's address on ``lo`` and its cgroup root in every hierarchy."""
+    """The node's address on ``lo``, a route for the Services' ClusterIPs, and the node's cgroup
+    root in every hierarchy.
+
+    The route: the kernel picks a route for a connection from this machine before kube-proxy's
+    OUTPUT rules rewrite a ClusterIP to a pod's address, so a ClusterIP needs a route even though
+    no packet ever leaves by it. A machine with a default route has one; a private network
+    namespace (``tools/isolated``) has none, and the API server could not call a webhook's Service.
+    """
     _ip("addr", "add", f"{NODE_IP}/32", "dev", "lo")
+    _ip("route", "add", SERVICE_CIDR, "dev", "lo", "src", NODE_IP)
     for hierarchy in cgroup_hierarchies():
         ours = hierarchy / CGROUP_ROOT
         ours.mkdir(exist_ok=True)
@@ -123,8 +135,13 @@ def restore(state: HostState) -> list[str]:
     """Undo what the node did; returns what could not be undone (each step runs regardless)."""
     problems: list[str] = []
     steps: tuple[tuple[str, Callable[[], None]], ...] = (
+        ("processes", _kill_leftovers),
         ("unmount", lambda: _unmount_under(Path(state.run_root), STATE_DIR)),
         ("cgroups", _remove_cgroups),
+        (
+            "route",
+            lambda: _ip_if(f"{SERVICE_CIDR} dev lo", ["route", "show"], "route", "del", SERVICE_CIDR, "dev", "lo"),
+        ),
         (
             "address",
             lambda: _ip_if(
@@ -144,7 +161,35 @@ def restore(state: HostState) -> list[str]:
             problems.append(f"{name}: {err}")
     if not problems:
         STATE_FILE.unlink(missing_ok=True)
+        for leftover in STATE_DIR.glob("containerd.sock*"):
+            leftover.unlink(missing_ok=True)
     return problems
+
+
+def _kill_leftovers() -> None:
+    """What should have stopped before (the kubelet stops the pods, containerd's shims follow):
+    every process in the node's cgroups, and every containerd shim serving the node's socket
+    (named by the socket in its command line, which only the node's containerd uses)."""
+    pids: set[int] = set()
+    for hierarchy in cgroup_hierarchies():
+        ours = hierarchy / CGROUP_ROOT
+        if ours.is_dir():
+            for procs in ours.rglob("cgroup.procs"):
+                pids |= {int(p) for p in procs.read_text().split()}
+    socket = str(STATE_DIR / "containerd.sock")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if command and command[0].endswith(b"containerd-shim-runc-v2") and socket.encode() in command:
+                pids.add(int(entry.name))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if pids:
+        time.sleep(1)  # the kernel reaps them; their cgroups can go after
 
 
 def _ip(*args: str) -> None:
@@ -191,10 +236,10 @@ def _drop_our_chains(state: HostState) -> None:
     for table in new_tables:
         if nft:
             subprocess.run([nft, "delete", "table", *table.split()], capture_output=True, check=False)
-        else:
-            log.info(
-                "left an empty iptables table the node made (install nftables to delete it)", extra={"table": table}
-            )
+    if new_tables and not nft:
+        log.info(
+            "left empty iptables tables the node made (install nftables to delete them): %s", ", ".join(new_tables)
+        )
 
 
 def _restore_sysctls(state: HostState) -> None:
@@ -224,6 +269,9 @@ def leftovers() -> list[str]:
     lo = subprocess.run(["ip", "-4", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=False).stdout
     if f" {NODE_IP}/32 " in lo:
         found.append(f"address {NODE_IP} on lo")
+    routes = subprocess.run(["ip", "route", "show"], capture_output=True, text=True, check=False).stdout
+    if f"{SERVICE_CIDR} dev lo" in routes:
+        found.append(f"route {SERVICE_CIDR} dev lo")
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode == 0:
         found.append(f"bridge {BRIDGE}")
     found += [f"cgroup {h / CGROUP_ROOT}" for h in cgroup_hierarchies() if (h / CGROUP_ROOT).exists()]

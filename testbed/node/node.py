@@ -39,7 +39,11 @@ from testbed.toolchain import ClusterToolchain
 
 log = logging.getLogger(__name__)
 
-CONTROLLERS = ("*", "-nodeipam", "-cloud-node-lifecycle")
+# Every controller but the cloud's and node IPAM (one node, one fixed pod range), and the
+# StatefulSet controller: the vCluster pod is the one stand-in of this tier (its image is not
+# reachable here), so the vCluster stand-in writes the StatefulSet's status as a kubelet would,
+# and nothing makes the pod or its volume claim. No other part of this tier uses a StatefulSet.
+CONTROLLERS = ("*", "-nodeipam", "-cloud-node-lifecycle", "-statefulset")
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def start_node(tools: ClusterToolchain, run_dir: Path, images: Sequence[Path] = 
         state = host.record(dirs.root)
         try:
             host.prepare()
-            with Supervisor(dirs.logs) as supervisor:
+            with Supervisor(dirs.root) as supervisor:  # logs in dirs.logs
                 yield from _run(tools, dirs, supervisor, images)
         finally:
             problems = host.restore(state)

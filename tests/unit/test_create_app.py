@@ -158,3 +158,20 @@ def test_resync_redrives_a_tenant_on_the_tick(kube: FakeKube, helm: FakeHelm, ap
 
     assert response.status_code == 204
     assert [(e.get_type(), events.tenant_ref(e)) for e in sink.sent] == [(events.INSTALL, ref_of(obj))]
+
+
+def test_resync_without_a_sink_serves_and_asks_for_redelivery() -> None:
+    """Its first revision starts before the SinkBinding can inject K_SINK: it must not crash."""
+    runtime = Runtime(settings=SETTINGS, kube=FakeKube(), helm=None, kubeopera_api=None, sink=None)
+    app = resync.create_app(runtime)
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-type": events.PING,
+        "ce-source": "/apis/v1/namespaces/kubeopera-system/pingsources/tenant-resync",
+        "ce-id": "tick-1",
+        "content-type": "application/json",
+    }
+    response = app.test_client().post("/", headers=headers, data=b"{}")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "10"
+    assert app.test_client().get("/healthz").status_code == 200

@@ -1,0 +1,69 @@
+"""What the cluster tier's tests share: Tenants, waiting, and exec in a function's pod."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import yaml
+
+from testbed.cluster.stack import NAMESPACE, ClusterStack
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 180.0, interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def tenant(name: str, cloud_space_id: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kubeopera.io/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "userID": "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b",
+                "tenantName": name,
+                "cloudSpaceID": cloud_space_id,
+                "quota": {"cpu": "1", "memory": "2Gi"},
+            },
+        }
+    )
+
+
+def phase(cluster: ClusterStack, name: str) -> str | None:
+    found: dict[str, Any] = json.loads(
+        cluster.kubectl("get", "tenant", name, "-n", NAMESPACE, "-o", "json", "--ignore-not-found") or "{}"
+    )
+    value = found.get("status", {}).get("phase")
+    return str(value) if value else None
+
+
+def running_pod(cluster: ClusterStack, service: str) -> str:
+    """The name of a Ready pod of the function, waking it with a request if it is at zero."""
+    from testbed.cluster.scaling import cold_start
+
+    def ready() -> str | None:
+        for pod in cluster.pods(service):
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])):
+                return str(pod["metadata"]["name"])
+        return None
+
+    if ready() is None:
+        cold_start(cluster.ingress_url, f"{service}.{NAMESPACE}.svc.cluster.local")
+    return wait_for(f"a Ready pod of {service}", ready, timeout=60)
+
+
+def exec_python(cluster: ClusterStack, pod: str, code: str) -> str:
+    """Run Python in the function container of a pod (the image has no shell)."""
+    return cluster.kubectl("exec", "-n", NAMESPACE, pod, "-c", "function", "--", "python3", "-c", code)

@@ -1,0 +1,100 @@
+"""The functions as real Knative Services on a real node: a Tenant reaches Ready through pods that
+Knative Serving starts from the function image, and those pods are locked down as deploy/ says.
+
+Nothing here is a stand-in but the vCluster pod (the vCluster stand-in, a host process) and
+kubeopera-api (its stand-in, on the node address): the broker is Knative Eventing's, its
+deliveries go through Traefik and Knative's activator to pods the kubelet runs in containerd.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from testbed.cluster.scaling import ScaleTimeline, ready_pods
+from testbed.cluster.stack import NAMESPACE, ClusterStack
+from testbed.images import function_image_config
+
+from .support import exec_python, phase, running_pod, tenant, wait_for
+
+pytestmark = pytest.mark.cluster
+
+CHAIN = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
+CS_PIA = "5c6d7e8f-9a0b-4c1d-8e2f-3a4b5c6d7e8f"
+
+
+def test_a_tenant_reaches_ready_through_knative_service_pods(cluster: ClusterStack) -> None:
+    timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
+    try:
+        cluster.kubectl("apply", "-f", "-", input=tenant("pia", CS_PIA))
+        wait_for("pia to be Ready", lambda: phase(cluster, "pia") == "Ready", timeout=300)
+        # notify-api comes after Ready: its callback is the end of the chain.
+        wait_for("pia's callback", lambda: _callbacks(cluster), timeout=120)
+        wait_for("notify-api's pod to be seen", lambda: timeline.peak("tenant-notify-api") >= 1, timeout=30)
+    finally:
+        timeline.stop()
+    print("\npods per function while pia was provisioned:\n" + timeline.table(cluster.functions))
+    for service in CHAIN:
+        assert timeline.peak(service) >= 1, f"{service} never had a Ready pod: {timeline.changes}"
+    secret = cluster.get("secret", f"tenant-{CS_PIA}-kubeconfig", "-n", NAMESPACE)
+    assert secret["metadata"]["labels"]["kubeopera.io/tenant-id"] == CS_PIA
+    assert _callbacks(cluster), "kubeopera-api got pia's callback from notify-api's pod"
+
+
+def _callbacks(cluster: ClusterStack) -> list[object]:
+    return [r for r in cluster.api.requests() if r.path == f"/api/v1/cloudspaces/{CS_PIA}"]
+
+
+def test_the_pods_run_the_image_start_command(cluster: ClusterStack) -> None:
+    entrypoint = list(function_image_config().entrypoint)
+    for service in cluster.functions:
+        ksvc = cluster.get("ksvc", service, "-n", NAMESPACE)
+        container = ksvc["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == entrypoint, service
+        revision = cluster.get("revision", ksvc["status"]["latestReadyRevisionName"], "-n", NAMESPACE)
+        assert revision["spec"]["containers"][0]["command"] == entrypoint
+    pod = cluster.get("pod", running_pod(cluster, "tenant-notify-api"), "-n", NAMESPACE)
+    function = next(c for c in pod["spec"]["containers"] if c["name"] == "function")
+    assert function["command"] == entrypoint
+    assert function["args"] == ["functions.notify_api:create_app()"]
+
+
+def test_function_pods_are_non_root_with_a_read_only_root(cluster: ClusterStack) -> None:
+    pod = running_pod(cluster, "tenant-check-ready")
+    identity = json.loads(exec_python(cluster, pod, "import json, os; print(json.dumps([os.getuid(), os.getgid()]))"))
+    assert identity == [65532, 65532]
+    refused = exec_python(
+        cluster,
+        pod,
+        "import errno\ntry:\n    open('/written-by-a-test', 'w')\n"
+        "except OSError as e:\n    print(errno.errorcode[e.errno])",
+    )
+    assert refused.strip() == "EROFS"
+    writable = exec_python(cluster, pod, "open('/tmp/ok', 'w').write('x'); print('ok')")
+    assert writable.strip() == "ok", "its emptyDir /tmp is writable"
+
+
+def test_check_ready_has_its_own_token_and_cannot_write_a_secret(cluster: ClusterStack) -> None:
+    pod = running_pod(cluster, "tenant-check-ready")
+    token = exec_python(cluster, pod, "print(open('/var/run/secrets/kubernetes.io/serviceaccount/token').read())")
+    payload = token.strip().split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["sub"] == f"system:serviceaccount:{NAMESPACE}:tenant-check-ready"
+    # The pod's own token, from inside the pod, against the API server through Service kubernetes.
+    answer = exec_python(
+        cluster,
+        pod,
+        "import json, ssl, urllib.request as u, urllib.error as e\n"
+        "sa = '/var/run/secrets/kubernetes.io/serviceaccount'\n"
+        "ctx = ssl.create_default_context(cafile=sa + '/ca.crt')\n"
+        "body = json.dumps({'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': 'forged'}}).encode()\n"
+        "req = u.Request('https://kubernetes.default.svc/api/v1/namespaces/vcluster-pia/secrets', data=body, "
+        "method='POST', headers={'Authorization': 'Bearer ' + open(sa + '/token').read(), "
+        "'Content-Type': 'application/json'})\n"
+        "try:\n    print(u.urlopen(req, context=ctx, timeout=10).status)\n"
+        "except e.HTTPError as err:\n    print(err.code)",
+    )
+    assert answer.strip() == "403"
+    assert "forged" not in cluster.kubectl("get", "secrets", "-n", "vcluster-pia", "-o", "name")

@@ -1,0 +1,86 @@
+"""Per-function scaling, seen from Knative's own objects: each function scales from zero on its own
+events only, install scales out under a burst while notify-api does not, and all return to zero.
+
+The autoscaler's windows are shortened for the test (stable window 20 s, scale-to-zero grace
+10 s); the Knative Services' own annotations (min-scale 0, max-scale, containerConcurrency) are
+deploy/base's. Cold starts (a request to a function at zero, until its answer) are printed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import requests
+
+from testbed.cluster.scaling import ScaleTimeline, cold_start, ready_pods
+from testbed.cluster.stack import NAMESPACE, ClusterStack
+from testbed.local.project import project_path
+from testbed.local.ticker import ping_event
+
+from .support import phase, tenant, wait_for
+
+pytestmark = pytest.mark.cluster
+
+BURST = 8
+OBSERVE_SECONDS = 15
+
+
+def _all_at_zero(cluster: ClusterStack) -> dict[str, int] | None:
+    counts = ready_pods(cluster.node, NAMESPACE, cluster.functions)
+    pods = sum(len(cluster.pods(s)) for s in cluster.functions)
+    return counts if pods == 0 else None
+
+
+def test_every_function_scales_to_zero(cluster: ClusterStack) -> None:
+    wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
+    for service in cluster.functions:
+        assert cluster.desired_scale(service) == 0, service
+
+
+def test_an_event_wakes_only_the_function_it_is_for(cluster: ClusterStack) -> None:
+    wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
+    timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
+    try:
+        headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
+        session = requests.Session()
+        session.trust_env = False
+        session.post(cluster.broker_url, headers=headers, data=body, timeout=10).raise_for_status()
+        wait_for("tenant-resync to run a pod", lambda: timeline.peak("tenant-resync") >= 1, timeout=120)
+        time.sleep(OBSERVE_SECONDS)  # what the resync sends (nothing: pia is Ready) would wake others by now
+    finally:
+        timeline.stop()
+    print("\nafter one resync ping:\n" + timeline.table(cluster.functions))
+    others = [s for s in cluster.functions if s != "tenant-resync"]
+    assert all(timeline.peak(s) == 0 for s in others), timeline.changes
+
+
+@pytest.mark.timeout(1200)
+def test_a_burst_scales_install_out_and_not_notify_api(cluster: ClusterStack) -> None:
+    wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
+    names = [f"burst-{i}" for i in range(BURST)]
+    timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
+    try:
+        cluster.kubectl("apply", "-f", "-", input="---\n".join(tenant(n, str(uuid.uuid4())) for n in names))
+        for name in names:
+            wait_for(f"{name} to be Ready", lambda n=name: phase(cluster, n) == "Ready", timeout=600, interval=2)
+        wait_for("every function back at zero", lambda: _all_at_zero(cluster), timeout=240, interval=2)
+    finally:
+        timeline.stop()
+    print(f"\npods per function, {BURST} Tenants created at once:\n" + timeline.table(cluster.functions))
+    assert timeline.peak("tenant-install") > 1, timeline.changes
+    assert timeline.peak("tenant-notify-api") <= 1, timeline.changes
+    assert timeline.changes[-1][1] == dict.fromkeys(cluster.functions, 0)
+
+
+def test_cold_start_of_each_function(cluster: ClusterStack) -> None:
+    wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
+    took = {}
+    for service in cluster.functions:
+        status, seconds = cold_start(cluster.ingress_url, f"{service}.{NAMESPACE}.svc.cluster.local")
+        assert status == 200, service
+        took[service] = seconds
+    print("\ncold start from zero (GET /healthz through Traefik and the activator):")
+    for service, seconds in took.items():
+        print(f"  {service:28} {seconds:5.2f} s")
