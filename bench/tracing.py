@@ -67,9 +67,7 @@ def table(off: Mapping[str, list[float]], on: Mapping[str, list[float]]) -> str:
         if not a or not b:
             continue
         p50_off, p50_on = statistics.median(a) * 1000, statistics.median(b) * 1000
-        rows.append(
-            (service, f"{len(a)}/{len(b)}", f"{p50_off:.1f}", f"{p50_on:.1f}", f"{p50_on - p50_off:+.1f}")
-        )
+        rows.append((service, f"{len(a)}/{len(b)}", f"{p50_off:.1f}", f"{p50_on:.1f}", f"{p50_on - p50_off:+.1f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)) for r in rows)
 

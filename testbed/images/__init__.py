@@ -83,7 +83,7 @@ def binary_sources(tools: ClusterToolchain) -> dict[BinaryImage, Path]:
         PAUSE: tools.pause,
         COREDNS: tools.coredns,
         TRAEFIK: tools.traefik,
-        **{image: tools.knative_serving / name for name, image in SERVING_IMAGES.items()},
+        **{image: tools.knative_serving / f"serving-{name}" for name, image in SERVING_IMAGES.items()},
         **{image: eventing[name] for name, image in EVENTING_IMAGES.items()},
     }
     missing = set(ALL_BINARY_IMAGES) - set(sources)

@@ -237,7 +237,8 @@ BUILDS: Mapping[str, GoBuild] = {
         packages=(("pause", "."),),
         source_dir=TOOLS_SRC / "pause",
     ),
-    # Knative Serving's control plane and queue-proxy (unmodified upstream mains) and the release
+    # Knative Serving's control plane and queue-proxy (unmodified upstream mains; the binaries are
+    # named serving-<cmd>, as a binary's name is unique across tools) and the release
     # manifests they come with: Serving's config/core, and the CRDs its release takes from
     # knative.dev/networking (KIngress, Certificate, ServerlessService) and knative.dev/caching (Image).
     "knative-serving": GoBuild(
@@ -245,11 +246,11 @@ BUILDS: Mapping[str, GoBuild] = {
         version=KNATIVE_SERVING_VERSION,
         requires=(("knative.dev/serving", KNATIVE_SERVING_VERSION),),
         packages=(
-            ("controller", "knative.dev/serving/cmd/controller"),
-            ("webhook", "knative.dev/serving/cmd/webhook"),
-            ("activator", "knative.dev/serving/cmd/activator"),
-            ("autoscaler", "knative.dev/serving/cmd/autoscaler"),
-            ("queue", "knative.dev/serving/cmd/queue"),
+            ("serving-controller", "knative.dev/serving/cmd/controller"),
+            ("serving-webhook", "knative.dev/serving/cmd/webhook"),
+            ("serving-activator", "knative.dev/serving/cmd/activator"),
+            ("serving-autoscaler", "knative.dev/serving/cmd/autoscaler"),
+            ("serving-queue", "knative.dev/serving/cmd/queue"),
         ),
         copies=(
             ModuleCopy("knative.dev/serving", KNATIVE_SERVING_VERSION, "config/core", "config/serving"),
@@ -264,7 +265,7 @@ BUILDS: Mapping[str, GoBuild] = {
         name="knative-eventing-webhook",
         version=KNATIVE_EVENTING_VERSION,
         requires=(("knative.dev/eventing", KNATIVE_EVENTING_VERSION),),
-        packages=(("webhook", "knative.dev/eventing/cmd/webhook"),),
+        packages=(("eventing-webhook", "knative.dev/eventing/cmd/webhook"),),
         sums=KNATIVE_EVENTING_SUMS,
     ),
     # Traefik v3.6 implements Knative's KIngress itself (its experimental Knative provider): the

@@ -63,19 +63,20 @@ DEFAULT_SECONDS: Mapping[str, float] = {
     "kube-proxy": 15.0,
     "coredns": 140.0,
     "pause": 5.0,
-    "webhook": 10.0,
-    "activator": 5.0,
-    "autoscaler": 6.0,
-    "queue": 3.0,
+    "serving-controller": 125.0,
+    "serving-webhook": 5.0,
+    "serving-activator": 5.0,
+    "serving-autoscaler": 6.0,
+    "serving-queue": 3.0,
+    "eventing-webhook": 60.0,
     "traefik": 420.0,
 }
 
 
 @dataclass(frozen=True)
 class Step:
-    """One `go build` invocation: one binary of a tool. The binary alone names the step in
-    timings.json: names are unique across tools but for Knative's ``controller`` and ``webhook``
-    (Eventing's and Serving's), which share a record; they take about as long."""
+    """One `go build` invocation: one binary of a tool. Binary names are unique across tools,
+    so the binary alone names the step in timings.json."""
 
     tool: str
     binary: str

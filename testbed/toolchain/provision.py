@@ -134,7 +134,7 @@ class ClusterToolchain:
     kube_node: Path  # bin folder: kubelet, kube-scheduler, kube-proxy
     coredns: Path
     pause: Path
-    knative_serving: Path  # bin folder: controller, webhook, activator, autoscaler, queue
+    knative_serving: Path  # bin folder: serving-controller, -webhook, -activator, -autoscaler, -queue
     knative_serving_config: Path  # serving/ (config/core), networking/ and caching/ (config/)
     knative_eventing_webhook: Path
     traefik: Path
@@ -155,7 +155,7 @@ def ensure_cluster() -> ClusterToolchain:
         pause=bins["pause"] / "pause",
         knative_serving=bins["knative-serving"],
         knative_serving_config=bins["knative-serving"].parent / "config",
-        knative_eventing_webhook=bins["knative-eventing-webhook"] / "webhook",
+        knative_eventing_webhook=bins["knative-eventing-webhook"] / "eventing-webhook",
         traefik=bins["traefik"] / "traefik",
     )
 

@@ -19,7 +19,7 @@ from testbed.images import function_image_config
 
 from .support import exec_python, phase, running_pod, tenant, wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
 CHAIN = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
 CS_PIA = "5c6d7e8f-9a0b-4c1d-8e2f-3a4b5c6d7e8f"

@@ -47,9 +47,7 @@ def _third_party_imports() -> set[str]:
                     found.update(alias.name for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     found.update(_submodule_or_module(node.module, alias.name) for alias in node.names)
-    return {
-        name for name in found if name.split(".")[0] not in (*sys.stdlib_module_names, *RUNTIME, "__future__")
-    }
+    return {name for name in found if name.split(".")[0] not in (*sys.stdlib_module_names, *RUNTIME, "__future__")}
 
 
 def _submodule_or_module(module: str, name: str) -> str:
@@ -84,9 +82,7 @@ def test_the_wheel_holds_the_runtime_modules_and_nothing_else(runtime_wheel: Pat
     with zipfile.ZipFile(runtime_wheel) as wheel:
         names = wheel.namelist()
     payload = sorted(n for n in names if not n.split("/")[0].endswith(".dist-info"))
-    expected = sorted(
-        str(path.relative_to(REPO)) for package in RUNTIME for path in (REPO / package).rglob("*.py")
-    )
+    expected = sorted(str(path.relative_to(REPO)) for package in RUNTIME for path in (REPO / package).rglob("*.py"))
     assert payload == expected
     assert not [n for n in names if "testbed" in n or "chart" in n or "standin" in n]
 

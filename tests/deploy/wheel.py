@@ -41,8 +41,19 @@ def build_wheel(work: Path) -> Path:
     wheels = work / "wheels"
     build = subprocess.run(
         # No build isolation: the backend comes from the test install, as the suite runs offline.
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
-         "--no-build-isolation", "--wheel-dir", str(wheels), str(src)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(wheels),
+            str(src),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -55,8 +66,18 @@ def build_wheel(work: Path) -> Path:
 def install_wheel(wheel: Path, site: Path) -> None:
     """Install the wheel alone (no dependencies) into the folder ``site``."""
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps",
-         "--target", str(site), str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "install",
+            "--no-deps",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

@@ -80,8 +80,9 @@ def test_scraped_totals_equal_the_deliveries_made(pipeline: Stack, olive: str) -
         samples = scrape(url)
         controller = service.removeprefix("tenant-")
         assert total(samples, "controller_runtime_reconcile_total", controller=controller) == delivered[service]
-        assert total(samples, "controller_runtime_reconcile_time_seconds_count", controller=controller) == (
-            delivered[service]
+        assert (
+            total(samples, "controller_runtime_reconcile_time_seconds_count", controller=controller)
+            == (delivered[service])
         )
         assert total(samples, DELIVERIES, function=controller) == delivered[service]
         for (svc, event_type, code), count in by_code.items():

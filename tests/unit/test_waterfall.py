@@ -17,15 +17,43 @@ def span(
 
 def test_the_chain_reads_in_start_order_nested_under_parents() -> None:
     spans = [
-        span("c", "a", "tenant-check-ready", "check-ready io.kubeopera.tenant.provisioning", 1.2, 0.05,
-             **{"kubeopera.outcome": "requeue", "http.response.status_code": 503}),
-        span("a", None, "tenant-install", "install dev.knative.apiserver.resource.add", 0.0, 1.0,
-             **{"kubeopera.outcome": "success", "http.response.status_code": 200}),
+        span(
+            "c",
+            "a",
+            "tenant-check-ready",
+            "check-ready io.kubeopera.tenant.provisioning",
+            1.2,
+            0.05,
+            **{"kubeopera.outcome": "requeue", "http.response.status_code": 503},
+        ),
+        span(
+            "a",
+            None,
+            "tenant-install",
+            "install dev.knative.apiserver.resource.add",
+            0.0,
+            1.0,
+            **{"kubeopera.outcome": "success", "http.response.status_code": 200},
+        ),
         span("h", "a", "tenant-install", "helm upgrade --install", 0.3, 0.6, **{"helm.outcome": "installed"}),
-        span("d", "a", "tenant-check-ready", "check-ready io.kubeopera.tenant.provisioning", 2.2, 0.04,
-             **{"kubeopera.outcome": "success", "http.response.status_code": 200}),
-        span("p", "d", "tenant-notify-api", "PATCH /api/v1/cloudspaces/{id}", 2.3, 0.1,
-             **{"kubeopera.callback_delivered": True}),
+        span(
+            "d",
+            "a",
+            "tenant-check-ready",
+            "check-ready io.kubeopera.tenant.provisioning",
+            2.2,
+            0.04,
+            **{"kubeopera.outcome": "success", "http.response.status_code": 200},
+        ),
+        span(
+            "p",
+            "d",
+            "tenant-notify-api",
+            "PATCH /api/v1/cloudspaces/{id}",
+            2.3,
+            0.1,
+            **{"kubeopera.callback_delivered": True},
+        ),
     ]
 
     lines = render(spans, width=20)
