@@ -10,8 +10,6 @@ and puts the machine back as it was.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import signal
 import threading
 import time
@@ -26,6 +24,7 @@ from shared.tenant import Tenant
 from testbed.cluster.scaling import ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterOptions, ClusterStack, start_cluster
 from testbed.local.project import project_path
+from testbed.local.runner import export_kubeconfig
 from testbed.processes import install_signal_handlers
 
 EXAMPLE = ("deploy", "examples", "alice-default.yaml")
@@ -75,12 +74,7 @@ def run_cluster(options: ClusterRunOptions, out: TextIO) -> int:
 
 def _serve(cluster: ClusterStack, options: ClusterRunOptions, out: TextIO) -> None:
     shown = _Shown()
-    kubeconfig = cluster.admin_kubeconfig
-    if options.kubeconfig_out is not None:
-        options.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kubeconfig, options.kubeconfig_out)
-        os.chmod(options.kubeconfig_out, 0o600)
-        kubeconfig = options.kubeconfig_out
+    kubeconfig = export_kubeconfig(cluster.admin_kubeconfig, options.kubeconfig_out)
     _say(out, shown, "ready: the node, Knative Serving with Traefik, Knative Eventing and the functions' Services")
     print(
         f"\nUse kubectl against it:\n  export KUBECONFIG={kubeconfig}\n"

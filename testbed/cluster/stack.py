@@ -34,7 +34,6 @@ import copy
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,9 +50,10 @@ from testbed.controlplane import pki
 from testbed.images import build_all
 from testbed.local.project import CHART_DIR, project_path
 from testbed.node import NODE_IP, Node, NodeError, start_node
-from testbed.processes import ProcessSpec, free_port
+from testbed.processes import free_port
 from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
 from testbed.standins.kubeopera_api import ApiStandIn
+from testbed.standins.vcluster import process_spec as vcluster_process
 from testbed.toolchain import ClusterToolchain, cache_root, ensure_cluster
 
 NAMESPACE = DEFAULT_TENANT_NAMESPACE
@@ -236,7 +236,7 @@ def _bring_up(
     for kind in ("ksvc", "broker", "trigger", "apiserversource", "pingsource"):
         _wait_ready(node, kind, NAMESPACE)
 
-    node.supervisor.start(_vcluster_standin(node.kubeconfig, options.vcluster_boot_seconds))
+    node.supervisor.start(vcluster_process(node.kubeconfig, options.vcluster_boot_seconds))
     return ClusterStack(
         node=node, tools=tools, registry=registry, chart_ref=chart_ref, api=api, functions=functions, run_dir=run_dir
     )
@@ -257,23 +257,6 @@ def _registry(tools: ClusterToolchain, node: Node, run_dir: Path, stack: context
     )
     chart_ref = push_chart(tools.base, registry.url, CHART_DIR, folder, ca_file=tls.ca_file)
     return registry, chart_ref
-
-
-def _vcluster_standin(admin: Path, boot_seconds: float) -> ProcessSpec:
-    return ProcessSpec(
-        name="vcluster-standin",
-        argv=(
-            sys.executable,
-            "-m",
-            "testbed.standins.vcluster",
-            "--kubeconfig",
-            str(admin),
-            "--boot-seconds",
-            str(boot_seconds),
-            "--never-boot",
-            "",
-        ),  # fmt: skip
-    )
 
 
 __all__ = ["ClusterOptions", "ClusterStack", "NodeError", "free_port", "start_cluster"]

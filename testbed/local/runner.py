@@ -131,14 +131,20 @@ def tenant_trace(jaeger: Jaeger, tenant_key: str) -> tuple[str, list[TraceSpan]]
     return None
 
 
+def export_kubeconfig(admin: Path, out: Path | None) -> Path:
+    """A copy of the admin kubeconfig at ``out`` (owner-only), for ``--kubeconfig-out``; the
+    kubeconfig to tell the user about."""
+    if out is None:
+        return admin
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(admin, out)
+    os.chmod(out, 0o600)
+    return out
+
+
 def _serve(stack: Stack, options: LocalOptions, out: TextIO, jaeger: Jaeger | None = None) -> None:
     watch = _Watch()
-    kubeconfig = stack.admin_kubeconfig
-    if options.kubeconfig_out is not None:
-        options.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(stack.admin_kubeconfig, options.kubeconfig_out)
-        os.chmod(options.kubeconfig_out, 0o600)
-        kubeconfig = options.kubeconfig_out
+    kubeconfig = export_kubeconfig(stack.admin_kubeconfig, options.kubeconfig_out)
     _say(
         out,
         watch,

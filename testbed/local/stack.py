@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -65,6 +64,7 @@ from testbed.standins import serving as serving_standin
 from testbed.standins.kubelet import KubeletStandIn
 from testbed.standins.kubeopera_api import ApiStandIn
 from testbed.standins.service_proxy import ServiceProxy
+from testbed.standins.vcluster import process_spec as vcluster_process
 from testbed.toolchain import Toolchain, ensure_all
 
 __all__ = ["TENANT_NAMESPACE", "Stack", "StackError", "StackOptions", "project_path", "routes", "start_stack"]
@@ -232,17 +232,4 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
 
 def _vcluster_standin(admin: Path, options: StackOptions) -> ProcessSpec:
     """The vCluster stand-in (:mod:`testbed.standins.vcluster`) as a process."""
-    return ProcessSpec(
-        name="vcluster-standin",
-        argv=(
-            sys.executable,
-            "-m",
-            "testbed.standins.vcluster",
-            "--kubeconfig",
-            str(admin),
-            "--boot-seconds",
-            str(options.vcluster_boot_seconds),
-            "--never-boot",
-            options.vcluster_never_boot,
-        ),
-    )
+    return vcluster_process(admin, options.vcluster_boot_seconds, options.vcluster_never_boot)

@@ -43,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from shared import logs
 from shared.errors import TemporaryError, TenantError
 from shared.kube import Kube
+from testbed.processes import ProcessSpec
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,24 @@ class VClusterStandIn:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def process_spec(kubeconfig: Path, boot_seconds: float, never_boot: str = "") -> ProcessSpec:
+    """This stand-in as a process of the test bed (``python -m testbed.standins.vcluster``)."""
+    return ProcessSpec(
+        name="vcluster-standin",
+        argv=(
+            sys.executable,
+            "-m",
+            "testbed.standins.vcluster",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--boot-seconds",
+            str(boot_seconds),
+            "--never-boot",
+            never_boot,
+        ),
+    )
 
 
 def _revision(record_name: str) -> int:
