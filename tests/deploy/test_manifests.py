@@ -248,6 +248,9 @@ def test_service_runs_its_function_safely(name: str) -> None:
         "secretKeyRef": {"name": "kubeopera-internal-token", "key": "token", "optional": True}
     }
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Knative's aggressive readiness probe (queue-proxy, every 50 ms) only without a period:
+    # with one, a pod woken from zero waited for the kubelet's next probe (cold start).
+    assert "periodSeconds" not in container["readinessProbe"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
     assert {"cpu", "memory"} <= set(container["resources"]["limits"])
