@@ -68,7 +68,11 @@ def test_a_burst_scales_install_out_and_not_notify_api(cluster: ClusterStack) ->
     try:
         cluster.kubectl("apply", "-f", "-", input="---\n".join(tenant(n, str(uuid.uuid4())) for n in names))
         for name in names:
-            wait_for(f"{name} to be Ready", lambda n=name: phase(cluster, n) == "Ready", timeout=600, interval=2)
+            try:
+                wait_for(f"{name} to be Ready", lambda n=name: phase(cluster, n) == "Ready", timeout=600, interval=2)
+            except AssertionError:
+                shown = cluster.kubectl("get", "tenants", "-n", NAMESPACE, "-o", "yaml")
+                raise AssertionError(f"{name} is not Ready; the Tenants:\n{shown}") from None
         wait_for("every function back at zero", lambda: _all_at_zero(cluster), timeout=240, interval=2)
     finally:
         timeline.stop()
