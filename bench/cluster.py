@@ -44,12 +44,21 @@ def _at_zero(cluster: ClusterStack, service: str, timeout: float = 240) -> None:
         time.sleep(1)
 
 
-def _memory(cluster: ClusterStack, service: str) -> int:
-    ready = [
-        p["metadata"]["name"]
-        for p in cluster.pods(service)
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-    ]
+def _memory(cluster: ClusterStack, service: str, timeout: float = 60) -> int:
+    """The function container's RSS in a pod of the service (its Ready condition lags the first
+    answer a little: the activator forwards as soon as the pod's queue-proxy says ready)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = [
+            p["metadata"]["name"]
+            for p in cluster.pods(service)
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ]
+        if ready or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if not ready:
+        raise TimeoutError(f"no Ready pod of {service} within {timeout:.0f}s")
     out = cluster.kubectl("exec", "-n", NAMESPACE, ready[0], "-c", "function", "--", "python3", "-c", RSS)
     return int(json.loads(out))
 
