@@ -39,7 +39,7 @@ from flask import Flask
 
 from functions.cleanup import gave_up
 from shared import events, logs, metrics
-from shared.errors import ProvisionTimeout, TemporaryError
+from shared.errors import ProvisionTimeout
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
@@ -180,15 +180,8 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     rt = runtime or Runtime.from_env(NAME)
 
     def tick(event: BaseCloudEvent) -> None:
-        # K_SINK is read per tick, not at start: Knative's SinkBinding can only inject it once the
-        # Service exists, so the Service's first revision starts without it. That revision serves
-        # (a tick gets 503 and the broker re-delivers it) until the binding's revision replaces it,
-        # instead of crash-looping until Knative's progress deadline.
-        if rt.sink is None and not rt.settings.sink_url:
-            raise TemporaryError(
-                "no sink yet: K_SINK is unset (Knative's SinkBinding sets it to the Broker's address)",
-                retry_after=10,
-            )
+        # The sink per tick, not at start: until the SinkBinding's revision replaces this one,
+        # a tick is answered 503 and re-delivered instead of the pod crash-looping (Runtime).
         resync(rt.kube, rt.sink_client(), rt.settings)
 
     return function_app(Step(name=NAME, accepts=frozenset({events.PING}), tick=tick))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared import logs, tracing
-from shared.errors import ConfigError, PermanentError
+from shared.errors import ConfigError, PermanentError, TemporaryError
 from shared.helm import Helm
 from shared.kube import Kube
 from shared.kubeopera_api import KubeoperaApi
@@ -74,7 +74,12 @@ class Runtime:
         if self.sink is not None:
             return self.sink
         if not self.settings.sink_url:
-            raise ConfigError("K_SINK must be set (Knative's SinkBinding sets it to the Broker's address)")
+            # Temporary, not a configuration error: Knative's SinkBinding can inject K_SINK only
+            # once the Service exists, so its first revision always starts without it.
+            raise TemporaryError(
+                "no sink yet: K_SINK is unset (Knative's SinkBinding sets it to the Broker's address)",
+                retry_after=10,
+            )
         return Sink(self.settings.sink_url)
 
     def mark_failed(self, ref: TenantRef, err: PermanentError) -> None:
