@@ -17,7 +17,7 @@ import logging
 import statistics
 import time
 
-from testbed.cluster.scaling import cold_start
+from testbed.cluster.scaling import cold_start, is_ready
 from testbed.cluster.stack import NAMESPACE, ClusterOptions, ClusterStack, start_cluster
 
 # Sums VmRSS over every process the container can see (its own PID namespace: gunicorn's arbiter
@@ -49,11 +49,7 @@ def _memory(cluster: ClusterStack, service: str, timeout: float = 60) -> int:
     answer a little: the activator forwards as soon as the pod's queue-proxy says ready)."""
     deadline = time.monotonic() + timeout
     while True:
-        ready = [
-            p["metadata"]["name"]
-            for p in cluster.pods(service)
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-        ]
+        ready = [p["metadata"]["name"] for p in cluster.pods(service) if is_ready(p)]
         if ready or time.monotonic() > deadline:
             break
         time.sleep(0.5)

@@ -23,6 +23,13 @@ from testbed.node import Node
 SERVICE_LABEL = "serving.knative.dev/service"
 
 
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod (as the API returns it) is Ready and not being deleted."""
+    conditions = pod.get("status", {}).get("conditions", [])
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return ready and not pod["metadata"].get("deletionTimestamp")
+
+
 def ready_pods(node: Node, namespace: str, services: Sequence[str]) -> dict[str, int]:
     """Ready pods per Knative Service (0 for one with none)."""
     found: dict[str, Any] = json.loads(node.kubectl("get", "pods", "-n", namespace, "-l", SERVICE_LABEL, "-o", "json"))

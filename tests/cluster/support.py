@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
+from e2e.support import wait_for
 
+from testbed.cluster.scaling import cold_start, is_ready
 from testbed.cluster.stack import NAMESPACE, ClusterStack
-
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 180.0, interval: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def tenant(name: str, cloud_space_id: str) -> str:
@@ -51,13 +38,9 @@ def phase(cluster: ClusterStack, name: str) -> str | None:
 
 def running_pod(cluster: ClusterStack, service: str) -> str:
     """The name of a Ready pod of the function, waking it with a request if it is at zero."""
-    from testbed.cluster.scaling import cold_start
 
     def ready() -> str | None:
-        for pod in cluster.pods(service):
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", [])):
-                return str(pod["metadata"]["name"])
-        return None
+        return next((str(p["metadata"]["name"]) for p in cluster.pods(service) if is_ready(p)), None)
 
     if ready() is None:
         cold_start(cluster.ingress_url, f"{service}.{NAMESPACE}.svc.cluster.local")
