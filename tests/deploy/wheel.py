@@ -1,19 +1,21 @@
 """The runtime wheel, built the way the Dockerfile's ``wheel`` stage builds it.
 
 No image can be built here (no registry, no daemon), so the checks do what that stage does,
-short of the container: copy what its ``COPY`` lines copy (read from the Dockerfile itself, so
-the two cannot drift apart), and run its ``pip wheel --no-deps``.
+short of the container: copy what its ``COPY`` lines copy and run its ``pip wheel --no-deps``,
+with the test bed's own builder (:func:`testbed.images.function.build_wheel`), whose list of
+sources is compared with the stage's ``COPY`` lines (read from the Dockerfile itself).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from .manifests import DOCKERFILE, REPO
+from testbed.images.function import build_wheel as testbed_build_wheel
+
+from .manifests import REPO
 
 
 def wheel_stage_sources(dockerfile: str) -> list[str]:
@@ -29,38 +31,9 @@ def wheel_stage_sources(dockerfile: str) -> list[str]:
 
 
 def build_wheel(work: Path) -> Path:
-    """Copy the stage's sources into ``work/src``, build the wheel into ``work/wheels``."""
-    src = work / "src"
-    src.mkdir()
-    for name in wheel_stage_sources(DOCKERFILE.read_text(encoding="utf-8")):
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy(source, src / name)
-    wheels = work / "wheels"
-    build = subprocess.run(
-        # No build isolation: the backend comes from the test install, as the suite runs offline.
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--disable-pip-version-check",
-            "-q",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(wheels),
-            str(src),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr
-    (wheel,) = wheels.glob("kubeopera_tenants-*.whl")
-    return wheel
+    """The wheel as the test bed builds it for the function image (``work/src`` -> ``work/wheels``);
+    its sources are the stage's ``COPY`` lines (tests/deploy/test_function_image.py checks)."""
+    return testbed_build_wheel(REPO, work)
 
 
 def install_wheel(wheel: Path, site: Path) -> None:
