@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -41,6 +40,7 @@ from .manifests import (
     file_documents,
     objects_of,
 )
+from .serving import stop
 from .wheel import wheel_stage_sources
 
 START_TIMEOUT = 60.0
@@ -223,13 +223,7 @@ def test_start_command_serves_in_the_image(name: str, image_root: Path) -> None:
                     time.sleep(0.2)
             assert status == 200, f"{name} did not serve /healthz:\n{log_path.read_text(errors='replace')}"
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                returncode = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise
+            returncode = stop(proc)
     text = log_path.read_text(errors="replace")
     assert returncode == 0, f"{name} did not stop cleanly on SIGTERM:\n{text}"
     assert f"Listening at: http://0.0.0.0:{port}" in text and "Using worker: gthread" in text

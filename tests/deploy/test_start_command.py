@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from testbed import toolchain
 from testbed.registry import CHART_DIR
 
 from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, SERVICES, dockerfile_env, file_documents, objects_of
+from .serving import stop
 
 HELM_HOME = "/var/lib/kubeopera/helm"
 START_TIMEOUT = 60.0
@@ -135,13 +135,7 @@ def test_start_command_serves_the_function(name: str, installed_site: Path, tmp_
             code, body = _get(f"{base}/metrics")
             assert code == 200 and "# TYPE" in body
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                returncode = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise
+            returncode = stop(proc)
     assert returncode == 0, f"{name} did not stop cleanly on SIGTERM:\n{log.read_text(errors='replace')}"
     text = log.read_text(errors="replace")
     assert f"Listening at: http://0.0.0.0:{port}" in text
