@@ -25,7 +25,7 @@ from testbed.cluster.scaling import ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterOptions, ClusterStack, start_cluster
 from testbed.local.project import project_path
 from testbed.local.runner import export_kubeconfig
-from testbed.processes import install_signal_handlers
+from testbed.processes import ProcessError, install_signal_handlers
 
 EXAMPLE = ("deploy", "examples", "alice-default.yaml")
 
@@ -97,7 +97,7 @@ def _serve(cluster: ClusterStack, options: ClusterRunOptions, out: TextIO) -> No
 
 
 def _poll(cluster: ClusterStack, kube: Kube, shown: _Shown, out: TextIO) -> None:
-    with contextlib.suppress(Exception):  # a failed sample is shown at the next one
+    with contextlib.suppress(ProcessError, ValueError):  # a failed sample is shown at the next one
         pods = ready_pods(cluster.node, NAMESPACE, cluster.functions)
         if pods != shown.pods:
             running = ", ".join(f"{s.removeprefix('tenant-')} {n}" for s, n in pods.items() if n) or "none"

@@ -19,6 +19,7 @@ from typing import Any
 import requests
 
 from testbed.node import Node
+from testbed.processes import ProcessError
 
 SERVICE_LABEL = "serving.knative.dev/service"
 
@@ -72,7 +73,7 @@ class ScaleTimeline:
         while not self._stop.is_set():
             try:
                 counts = dict(self.sample())
-            except Exception:  # noqa: BLE001 - a failed sample is skipped; the next one counts
+            except (ProcessError, ValueError):  # a failed sample is skipped; the next one counts
                 counts = {}
             if counts and (not self.changes or self.changes[-1][1] != counts):
                 self.changes.append((round(time.monotonic() - self._started, 1), counts))

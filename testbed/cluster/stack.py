@@ -49,8 +49,8 @@ from testbed.cluster import release
 from testbed.controlplane import pki
 from testbed.images import build_all
 from testbed.local.project import CHART_DIR, project_path
-from testbed.node import NODE_IP, Node, NodeError, start_node
-from testbed.processes import free_port
+from testbed.node import NODE_IP, Node, start_node
+from testbed.processes import ProcessError
 from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
 from testbed.standins.kubeopera_api import ApiStandIn
 from testbed.standins.vcluster import process_spec as vcluster_process
@@ -162,6 +162,11 @@ def _install(node: Node, manifests: release.Manifests, namespaces: Sequence[str]
                      "-n", namespace, timeout=timeout + 30)  # fmt: skip
 
 
+# kubectl's words when the API server refuses an object only for now: a webhook of a release
+# just applied is not serving yet, or a kind whose CRD was just applied is not served yet.
+NOT_ADMITTED_YET = ("failed calling webhook", "no endpoints available", "connection refused", "no matches for kind")
+
+
 def _apply_until_admitted(node: Node, docs: Sequence[Mapping[str, Any]], timeout: float = 180.0) -> None:
     """Apply; again while the API server refuses something because a webhook it must call is
     not serving yet (Knative's webhooks are pods of the same release) or a kind is not served yet."""
@@ -170,17 +175,8 @@ def _apply_until_admitted(node: Node, docs: Sequence[Mapping[str, Any]], timeout
         try:
             _apply(node, docs)
             return
-        except Exception as err:  # noqa: BLE001 - kubectl's message decides
-            text = str(err)
-            transient = any(
-                s in text
-                for s in (
-                    "failed calling webhook",
-                    "no endpoints available",
-                    "connection refused",
-                    "no matches for kind",
-                )
-            )
+        except ProcessError as err:
+            transient = any(reason in str(err) for reason in NOT_ADMITTED_YET)
             if not transient or time.monotonic() > deadline:
                 raise
             time.sleep(2)
@@ -259,4 +255,4 @@ def _registry(tools: ClusterToolchain, node: Node, run_dir: Path, stack: context
     return registry, chart_ref
 
 
-__all__ = ["ClusterOptions", "ClusterStack", "NodeError", "free_port", "start_cluster"]
+__all__ = ["NAMESPACE", "ClusterOptions", "ClusterStack", "start_cluster"]
