@@ -30,6 +30,7 @@ make harmless. A failure to send is temporary: the tick is re-delivered and the 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -179,9 +180,12 @@ def _redrive(kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action:
 def create_app(runtime: Runtime | None = None) -> Flask:
     rt = runtime or Runtime.from_env(NAME)
 
+    # The sink is asked for at the first tick, not at start: until the SinkBinding's revision
+    # replaces this one (K_SINK unset), a tick is answered 503 and re-delivered instead of the pod
+    # crash-looping (Runtime.sink_client). Once there, it is kept (an error is not cached).
+    sink = functools.cache(rt.sink_client)
+
     def tick(event: BaseCloudEvent) -> None:
-        # The sink per tick, not at start: until the SinkBinding's revision replaces this one,
-        # a tick is answered 503 and re-delivered instead of the pod crash-looping (Runtime).
-        resync(rt.kube, rt.sink_client(), rt.settings)
+        resync(rt.kube, sink(), rt.settings)
 
     return function_app(Step(name=NAME, accepts=frozenset({events.PING}), tick=tick))
