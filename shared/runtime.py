@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared import logs, tracing
-from shared.errors import ConfigError, PermanentError, TemporaryError
+from shared.errors import PermanentError, TemporaryError
 from shared.helm import Helm
 from shared.kube import Kube
 from shared.kubeopera_api import KubeoperaApi
