@@ -148,5 +148,6 @@ def create_app(runtime: Runtime | None = None) -> Flask:
             accepts=frozenset({events.PROVISIONING}),
             handle=lambda event, ref: handle(rt.kube, helm, rt.settings, event, ref),
             on_permanent=rt.mark_failed,
-        )
+        ),
+        rt.sender_check(),
     )

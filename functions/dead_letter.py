@@ -92,5 +92,6 @@ def create_app(runtime: Runtime | None = None) -> Flask:
             accepts=frozenset(STEP_FOR_TYPE),
             handle=lambda event, ref: handle(rt.kube, event, ref),
             on_permanent=rt.mark_failed,
-        )
+        ),
+        rt.sender_check(),
     )

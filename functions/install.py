@@ -152,5 +152,6 @@ def create_app(runtime: Runtime | None = None) -> Flask:
             handle=lambda event, ref: handle(rt.kube, helm, rt.settings, ref),
             on_permanent=rt.mark_failed,
             ready=chart_ready,
-        )
+        ),
+        rt.sender_check(),
     )

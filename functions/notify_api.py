@@ -97,5 +97,6 @@ def create_app(runtime: Runtime | None = None) -> Flask:
             accepts=frozenset({events.KUBECONFIG_STORED}),
             handle=lambda event, ref: handle(rt.kube, api, ref),
             on_permanent=rt.mark_failed,
-        )
+        ),
+        rt.sender_check(),
     )

@@ -188,4 +188,4 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     def tick(event: BaseCloudEvent) -> None:
         resync(rt.kube, sink(), rt.settings)
 
-    return function_app(Step(name=NAME, accepts=frozenset({events.PING}), tick=tick))
+    return function_app(Step(name=NAME, accepts=frozenset({events.PING}), tick=tick), rt.sender_check())

@@ -72,5 +72,6 @@ def create_app(runtime: Runtime | None = None) -> Flask:
             accepts=frozenset({events.READY}),
             handle=lambda event, ref: handle(rt.kube, rt.settings, ref),
             on_permanent=rt.mark_failed,
-        )
+        ),
+        rt.sender_check(),
     )

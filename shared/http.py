@@ -6,6 +6,7 @@ Knative (or the local broker) delivers to:
 =========================  ======  ==========================================================
 outcome                    status  broker does
 =========================  ======  ==========================================================
+sender not the broker      401     (not from the broker: refused before the body is read)
 reply event                200     puts the reply (binary mode) back into the broker
 nothing to do / done       204     ends the delivery (also: the Tenant vanished mid-step)
 ``BadEvent``               400     dead-letters it (no retry); nothing was changed
@@ -13,6 +14,10 @@ nothing to do / done       204     ends the delivery (also: the Tenant vanished 
 ``TemporaryError``         503     re-delivers, after ``Retry-After`` when the error names one
 anything unexpected        500     re-delivers (with the Trigger's backoff)
 =========================  ======  ==========================================================
+
+With a ``SenderCheck`` (``shared.senders``; on unless ``SENDER_IDENTITY=off``) a request is
+read only when its bearer token proves the broker sent it for this function's Trigger; a refusal
+is counted in ``kubeopera_tenant_deliveries_refused_total`` and makes no span and no reconcile.
 
 Nothing escapes this mapping: an error while marking the Tenant Failed (a 403 on the status
 write, an unexpected exception) still gets a JSON answer (503 when marking may work later, 422
@@ -38,6 +43,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from shared import events, logs, metrics, tracing
 from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone
+from shared.senders import Refused, SenderCheck
 from shared.tenant import TenantRef
 
 log = logging.getLogger(__name__)
@@ -85,7 +91,8 @@ def _trace_id(traceparent: str) -> str:
     return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
 
 
-def function_app(step: Step) -> Flask:
+def function_app(step: Step, senders: SenderCheck | None = None) -> Flask:
+    """The Flask app of one step; with ``senders``, only the broker's deliveries are read."""
     metrics.start(step.name)
     app = Flask(step.name)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -106,6 +113,10 @@ def function_app(step: Step) -> Flask:
 
     @app.post("/")
     def receive() -> Response:
+        if senders is not None:
+            refusal = _refuse_unknown_sender(step, senders)
+            if refusal is not None:
+                return refusal
         started = time.monotonic()
         result, code, event_type = "error", 500, ""
         headers = {k.lower(): v for k, v in request.headers.items()}
@@ -136,6 +147,28 @@ def function_app(step: Step) -> Flask:
             metrics.DELIVERIES.labels(step.name, _known_type(step, event_type), str(code)).inc()
 
     return app
+
+
+def _refuse_unknown_sender(step: Step, senders: SenderCheck) -> Response | None:
+    """None when the broker sent this request; otherwise the answer (the body stays unread)."""
+    try:
+        subject = senders.verify(request.headers.get("Authorization"))
+    except Refused as refused:
+        log.warning(
+            "delivery refused: the sender is not the broker",
+            extra={"function": step.name, "reason": refused.reason, "error": str(refused)},
+        )
+        metrics.REFUSED.labels(step.name, refused.reason).inc()
+        metrics.DELIVERIES.labels(step.name, "other", "401").inc()
+        response = _error(401, str(refused))
+        response.headers["WWW-Authenticate"] = f'Bearer realm="{step.name}"'
+        return response
+    except (TemporaryError, PermanentError) as err:  # a 403 on the TokenReview is our RBAC, not the sender
+        log.error("could not verify the sender; asking for re-delivery", extra={"error": str(err)})
+        metrics.DELIVERIES.labels(step.name, "other", "503").inc()
+        return _error(503, f"could not verify the sender: {err}", getattr(err, "retry_after", None) or 10)
+    log.debug("sender verified", extra={"sender": subject})
+    return None
 
 
 def _known_type(step: Step, event_type: str) -> str:

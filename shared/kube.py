@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shared import tracing
 from shared.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
+from shared.senders import Review
 from shared.tenant import (
     API_VERSION,
     FINALIZER,
@@ -132,6 +133,7 @@ class Kube:
         self._custom: Any = k8s.CustomObjectsApi(api_client)
         self._coordination: Any = k8s.CoordinationV1Api(api_client)
         self._apps: Any = k8s.AppsV1Api(api_client)
+        self._authentication: Any = k8s.AuthenticationV1Api(api_client)
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Kube:
@@ -347,6 +349,19 @@ class Kube:
                 f"delete lease {namespace}/{name}",
                 lambda: self._coordination.delete_namespaced_lease(name, namespace, body=options),
             )
+
+    # Sender identity ----------------------------------------------------------------------
+
+    def review_token(self, token: str, audience: str) -> Review:
+        """What the API server says of a bearer token meant for ``audience`` (a TokenReview)."""
+        body = k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token, audiences=[audience]))
+        status = _call("create tokenreview", lambda: self._authentication.create_token_review(body)).status
+        user = status.user if status is not None else None
+        return Review(
+            authenticated=bool(status is not None and status.authenticated),
+            username=str(user.username or "") if user is not None else "",
+            audiences=tuple(status.audiences or ()) if status is not None else (),
+        )
 
     # Secrets ------------------------------------------------------------------------------
 

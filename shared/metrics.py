@@ -47,6 +47,7 @@ from prometheus_client import (
 )
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+REFUSAL_REASONS = ("no-token", "invalid", "audience", "expired", "subject")  # shared.senders.Refused
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 RECONCILE_TOTAL = Counter(
@@ -70,6 +71,11 @@ DELIVERIES = Counter(
     "kubeopera_tenant_deliveries_total",
     "Events delivered to a function, by CloudEvent type and the HTTP status it answered",
     ["function", "type", "code"],
+)
+REFUSED = Counter(
+    "kubeopera_tenant_deliveries_refused_total",
+    "Requests refused before they were read because the sender is not the broker (shared.senders)",
+    ["function", "reason"],
 )
 HELM_OPERATIONS = Counter(
     "kubeopera_tenant_helm_operations_total",
@@ -123,6 +129,8 @@ def start(function: str) -> None:
     RECONCILE_TIME.labels(function)
     for outcome in ("delivered", "failed"):
         CALLBACKS.labels(outcome)
+    for reason in REFUSAL_REASONS:
+        REFUSED.labels(function, reason)
 
 
 def exposition() -> bytes:

@@ -19,6 +19,7 @@ share the clients.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from shared import logs, tracing
@@ -27,9 +28,12 @@ from shared.helm import Helm
 from shared.kube import Kube
 from shared.kubeopera_api import KubeoperaApi
 from shared.reconcile import mark_failed
+from shared.senders import SenderCheck, SenderPolicy
 from shared.settings import Settings
 from shared.sink import Sink
 from shared.tenant import TenantRef
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,11 @@ class Runtime:
         """Settings from the environment, logs configured, the Kubernetes client connected."""
         settings = Settings.from_env()
         logs.configure(settings.log_level, function=function, environment=settings.environment)
+        if not settings.verify_senders:
+            log.warning(
+                "SENDER_IDENTITY=off: this function acts on any request that reaches it, not only the broker's; "
+                "use it only on a cluster without Knative's authentication-oidc feature"
+            )
         tracing.configure(function)
         return cls(settings=settings, kube=Kube.connect(component=f"tenant-{function}"))
 
@@ -81,6 +90,13 @@ class Runtime:
                 retry_after=10,
             )
         return Sink(self.settings.sink_url)
+
+    def sender_check(self) -> SenderCheck | None:
+        """The check that only the broker delivers here, or None when SENDER_IDENTITY=off."""
+        if not self.settings.verify_senders:
+            return None
+        policy = SenderPolicy(self.settings.sender_audience, self.settings.sender_subjects)
+        return SenderCheck(policy, self.kube.review_token)
 
     def mark_failed(self, ref: TenantRef, err: PermanentError) -> None:
         mark_failed(self.kube, ref, str(err), err.reason)

@@ -45,6 +45,14 @@ class Settings:
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
     sink_url: str = ""  # K_SINK: where a function sends events of its own (resync; SinkBinding sets it)
+    # Sender identity (shared.senders). From the environment it is on unless SENDER_IDENTITY=off;
+    # a Settings built in code (the unit tests) checks no sender unless it is given an audience.
+    sender_audience: str = ""  # SENDER_AUDIENCE: the audience the broker's tokens carry for this function
+    sender_subjects: frozenset[str] = frozenset()  # SENDER_SUBJECTS: identities allowed to deliver
+
+    @property
+    def verify_senders(self) -> bool:
+        return bool(self.sender_audience)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -71,6 +79,7 @@ class Settings:
         namespace = get("TENANT_NAMESPACE", defaults.tenant_namespace)
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
             raise ConfigError(f"TENANT_NAMESPACE must be a namespace name, got {namespace!r}")
+        audience, subjects = _senders(env)
         return cls(
             kubeopera_api_base_url=base_url,
             internal_service_token=env.get("INTERNAL_SERVICE_TOKEN", "").strip(),
@@ -91,7 +100,34 @@ class Settings:
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
             sink_url=get("K_SINK", defaults.sink_url),
+            sender_audience=audience,
+            sender_subjects=subjects,
         )
+
+
+_SENDER_IDENTITY_DEFAULT = "off"  # TODO(issue 14): "oidc" once the test bed's broker sends tokens
+_SUBJECT = re.compile(r"^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
+
+
+def _senders(env: Mapping[str, str]) -> tuple[str, frozenset[str]]:
+    """(audience, allowed subjects) of SENDER_IDENTITY=oidc (the default), ("", {}) for off."""
+    mode = env.get("SENDER_IDENTITY", "").strip().lower() or _SENDER_IDENTITY_DEFAULT
+    if mode == "off":
+        return "", frozenset()
+    if mode != "oidc":
+        raise ConfigError(f"SENDER_IDENTITY must be oidc or off, got {mode!r}")
+    audience = env.get("SENDER_AUDIENCE", "").strip()
+    subjects = frozenset(s.strip() for s in env.get("SENDER_SUBJECTS", "").split(",") if s.strip())
+    if not audience or not subjects:
+        raise ConfigError(
+            "SENDER_IDENTITY=oidc (the default) needs SENDER_AUDIENCE (the audience of this function's Trigger) "
+            "and SENDER_SUBJECTS (the identities allowed to deliver, comma-separated); set SENDER_IDENTITY=off "
+            "only on a cluster without Knative's authentication-oidc feature"
+        )
+    for subject in subjects:
+        if not _SUBJECT.match(subject):
+            raise ConfigError(f"SENDER_SUBJECTS: {subject!r} is not system:serviceaccount:<namespace>:<name>")
+    return audience, subjects
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
