@@ -89,7 +89,7 @@ class Runtime:
                 "no sink yet: K_SINK is unset (Knative's SinkBinding sets it to the Broker's address)",
                 retry_after=10,
             )
-        return Sink(self.settings.sink_url)
+        return Sink(self.settings.sink_url, token_file=self.settings.sink_token_file)
 
     def sender_check(self) -> SenderCheck | None:
         """The check that only the broker delivers here, or None when SENDER_IDENTITY=off."""

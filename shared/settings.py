@@ -45,6 +45,8 @@ class Settings:
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
     sink_url: str = ""  # K_SINK: where a function sends events of its own (resync; SinkBinding sets it)
+    # SINK_TOKEN_FILE: the sender token for K_SINK, where Knative's SinkBinding mounts it with OIDC on
+    sink_token_file: Path = Path("/oidc/token")
     # Sender identity (shared.senders). From the environment it is on unless SENDER_IDENTITY=off;
     # a Settings built in code (the unit tests) checks no sender unless it is given an audience.
     sender_audience: str = ""  # SENDER_AUDIENCE: the audience the broker's tokens carry for this function
@@ -100,6 +102,7 @@ class Settings:
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
             sink_url=get("K_SINK", defaults.sink_url),
+            sink_token_file=Path(get("SINK_TOKEN_FILE", str(defaults.sink_token_file))),
             sender_audience=audience,
             sender_subjects=subjects,
         )

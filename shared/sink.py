@@ -8,9 +8,15 @@ delivery that caused them (``shared.tracing``: the ``traceparent`` extension and
 a client span. A refused connection is retried briefly (tenacity); any answer other
 than 2xx is a ``TemporaryError``, so the tick is re-delivered and the pass runs again (every
 re-drive is idempotent).
+
+With Knative's ``authentication-oidc`` the broker admits only senders with a token: the
+SinkBinding then mounts its identity's token at ``/oidc/token`` (``SINK_TOKEN_FILE``) (refreshed by Knative, so it is
+read at each send) and the event carries it as a bearer token. Without that file none is sent.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import requests
 from cloudevents.core.base import BaseCloudEvent
@@ -21,16 +27,28 @@ from shared.errors import TemporaryError
 
 
 class Sink:
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
+    def __init__(self, url: str, timeout: float = 5.0, token_file: Path | None = None) -> None:
         self._url = url
         self._timeout = timeout
+        self._token_file = token_file
         self._session = requests.Session()
 
     def send(self, event: BaseCloudEvent) -> None:
         with tracing.client_span("send " + event.get_type(), tracing.event_attributes(event)) as span:
             headers, body = events.to_binary(tracing.stamp(event))
-            response = self._deliver(event, tracing.inject(headers), body)
+            response = self._deliver(event, tracing.inject(headers) | self._authorization(), body)
             span.set_attribute("http.response.status_code", response.status_code)
+
+    def _authorization(self) -> dict[str, str]:
+        if self._token_file is None:
+            return {}
+        try:
+            token = self._token_file.read_text().strip()
+        except FileNotFoundError:
+            return {}
+        except OSError as err:
+            raise TemporaryError(f"cannot read the sender token {self._token_file} ({type(err).__name__})") from None
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _deliver(self, event: BaseCloudEvent, headers: dict[str, str], body: bytes) -> requests.Response:
         try:

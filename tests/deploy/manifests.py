@@ -22,6 +22,7 @@ FUNCTIONS = REPO / "functions"
 OVERLAYS = ("dev", "prod")
 CONFIG_FEATURES_PATCH = EVENTING / "config-features-patch.yaml"
 WITHOUT_RETRYAFTER = EVENTING / "without-retryafter"
+WITHOUT_SENDER_IDENTITY = DEPLOY / "components" / "without-sender-identity"
 KAFKA_BROKER = EVENTING / "kafka-broker"
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -74,13 +75,14 @@ def render_without_retryafter(kubectl: Path, workdir: Path) -> str:
     return render_prod_with(kubectl, workdir, WITHOUT_RETRYAFTER)
 
 
-def render_prod_with(kubectl: Path, workdir: Path, component: Path) -> str:
-    """The prod overlay with one of eventing/'s kustomize Components."""
+def render_prod_with(kubectl: Path, workdir: Path, *components: Path) -> str:
+    """The prod overlay with kustomize Components (eventing/without-retryafter, deploy/components/...)."""
     workdir.mkdir(parents=True, exist_ok=True)
     prod = os.path.relpath(DEPLOY / "overlays" / "prod", workdir)
     (workdir / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources:\n  - {prod}\ncomponents:\n  - {os.path.relpath(component, workdir)}\n"
+        f"resources:\n  - {prod}\ncomponents:\n"
+        + "".join(f"  - {os.path.relpath(component, workdir)}\n" for component in components)
     )
     return kustomize(kubectl, workdir)
 

@@ -19,14 +19,15 @@ from .manifests import (
     OVERLAYS,
     SERVICES,
     TRIGGERS,
+    WITHOUT_RETRYAFTER,
+    WITHOUT_SENDER_IDENTITY,
     documents,
     file_documents,
     render_prod_with,
-    render_without_retryafter,
     run_checker,
 )
 
-EVENTING_OBJECTS = 10  # Broker, ApiServerSource, PingSource, SinkBinding, 6 Triggers
+EVENTING_OBJECTS = 11  # Broker, its EventPolicy, ApiServerSource, PingSource, SinkBinding, 6 Triggers
 RENDERED_OBJECTS = EVENTING_OBJECTS + 7  # the above and the 7 functions' Services
 
 
@@ -58,10 +59,19 @@ def test_check_ready_trigger_needs_the_retryafter_feature(knative_check: Path) -
     assert proc.returncode == 0, proc.stdout
 
 
-def test_fallback_without_the_feature_passes_without_it(knative_check: Path, kubectl: Path, tmp_path: Path) -> None:
-    proc = run_checker(knative_check, "-", stdin=render_without_retryafter(kubectl, tmp_path / "overlay"))
+def test_fallbacks_without_the_features_pass_without_them(knative_check: Path, kubectl: Path, tmp_path: Path) -> None:
+    """A cluster with neither feature flag: both Components, no config-features patch."""
+    rendered = render_prod_with(kubectl, tmp_path / "overlay", WITHOUT_RETRYAFTER, WITHOUT_SENDER_IDENTITY)
+    proc = run_checker(knative_check, "-", stdin=rendered)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert len(_ok_lines(proc.stdout)) == RENDERED_OBJECTS
+    assert len(_ok_lines(proc.stdout)) == RENDERED_OBJECTS - 1  # no EventPolicy
+
+
+def test_the_eventpolicy_needs_the_oidc_feature(knative_check: Path) -> None:
+    proc = run_checker(knative_check, EVENTING / "broker-eventpolicy.yaml")
+    assert proc.returncode == 1, proc.stdout
+    assert "oidc-authentication feature not enabled" in proc.stdout
+    assert run_checker(knative_check, EVENTING / "broker-eventpolicy.yaml", CONFIG_FEATURES_PATCH).returncode == 0
 
 
 def test_the_kafka_broker_component_selects_the_kafka_class(knative_check: Path, kubectl: Path, tmp_path: Path) -> None:

@@ -124,14 +124,14 @@ def test_without_retryafter_component_swaps_the_poll_for_linear_backoff(kubectl:
     ), "the component must change the check-ready Trigger only"
 
 
-def test_config_features_patch_enables_retryafter_only() -> None:
+def test_config_features_patch_enables_retryafter_and_sender_identity_only() -> None:
     (patch,) = file_documents(CONFIG_FEATURES_PATCH)
     assert (patch["kind"], patch["metadata"]["name"], patch["metadata"]["namespace"]) == (
         "ConfigMap",
         "config-features",
         "knative-eventing",
     )
-    assert patch["data"] == {"delivery-retryafter": "enabled"}
+    assert patch["data"] == {"delivery-retryafter": "enabled", "authentication-oidc": "enabled"}
 
 
 # ----------------------------------------------------------------------------- Triggers
@@ -145,13 +145,17 @@ def test_trigger_file_contract(path: Path) -> None:
     assert trigger["metadata"]["namespace"] == NAMESPACE
     spec = trigger["spec"]
     assert spec["broker"] == "default"
-    assert spec["subscriber"] == {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": path.stem}}
+    assert spec["subscriber"] == {
+        "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": path.stem},
+        "audience": path.stem,  # tests/deploy/test_sender_identity.py
+    }
     delivery = spec["delivery"]
     if path.stem == "tenant-resync":
         assert "deadLetterSink" not in delivery, "a tick names no Tenant for dead-letter to mark Failed"
     else:
         assert delivery["deadLetterSink"] == {
-            "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "tenant-dead-letter"}
+            "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "tenant-dead-letter"},
+            "audience": "tenant-dead-letter",
         }
     if path.stem in ("tenant-check-ready", "tenant-cleanup"):
         # Polls: the function's Retry-After is the wait (shared.settings caps it at 15 s).

@@ -51,6 +51,7 @@ import (
 
 	eventingconfig "knative.dev/eventing/pkg/apis/config"
 	eventingv1 "knative.dev/eventing/pkg/apis/eventing/v1"
+	eventingv1alpha1 "knative.dev/eventing/pkg/apis/eventing/v1alpha1"
 	"knative.dev/eventing/pkg/apis/feature"
 	sourcesv1 "knative.dev/eventing/pkg/apis/sources/v1"
 
@@ -67,12 +68,13 @@ type knativeObject interface {
 
 // constructors maps "apiVersion/Kind" to a new empty object of the Knative type.
 var constructors = map[string]func() knativeObject{
-	"eventing.knative.dev/v1/Broker":         func() knativeObject { return &eventingv1.Broker{} },
-	"eventing.knative.dev/v1/Trigger":        func() knativeObject { return &eventingv1.Trigger{} },
-	"sources.knative.dev/v1/ApiServerSource": func() knativeObject { return &sourcesv1.ApiServerSource{} },
-	"sources.knative.dev/v1/PingSource":      func() knativeObject { return &sourcesv1.PingSource{} },
-	"sources.knative.dev/v1/SinkBinding":     func() knativeObject { return &sourcesv1.SinkBinding{} },
-	"serving.knative.dev/v1/Service":         func() knativeObject { return &servingv1.Service{} },
+	"eventing.knative.dev/v1/Broker":            func() knativeObject { return &eventingv1.Broker{} },
+	"eventing.knative.dev/v1/Trigger":           func() knativeObject { return &eventingv1.Trigger{} },
+	"eventing.knative.dev/v1alpha1/EventPolicy": func() knativeObject { return &eventingv1alpha1.EventPolicy{} },
+	"sources.knative.dev/v1/ApiServerSource":    func() knativeObject { return &sourcesv1.ApiServerSource{} },
+	"sources.knative.dev/v1/PingSource":         func() knativeObject { return &sourcesv1.PingSource{} },
+	"sources.knative.dev/v1/SinkBinding":        func() knativeObject { return &sourcesv1.SinkBinding{} },
+	"serving.knative.dev/v1/Service":            func() knativeObject { return &servingv1.Service{} },
 }
 
 // document is one YAML document of an input, with where it came from.
