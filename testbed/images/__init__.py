@@ -12,7 +12,11 @@ The modules, one concern each:
 - :mod:`.ocipack`: a root filesystem folder to an image-layout tarball, and reading one back;
 - :mod:`.rootfs`: laying out a root filesystem folder (files, links, accounts, CA bundle, /tmp);
 - :mod:`.binary`: the images of one static Go binary (Knative's, CoreDNS, Traefik, pause);
-- :mod:`.function`: the function image, the project's wheel in the Dockerfile's layout;
+- :mod:`.function`: the function image, the project's wheel in the Dockerfile's layout, built of:
+  :mod:`.interpreter` (CPython moved under ``/usr/local``, its standard library, bytecode),
+  :mod:`.libraries` (the shared libraries ``ldd`` names), :mod:`.wheel` (the runtime wheel, built
+  and installed as the Dockerfile does) and :mod:`.distributions` (its dependencies, copied from
+  this environment);
 - :mod:`.cache`: the tarballs' input digests;
 - :mod:`.containerd`: ``ctr image import`` (skipping images already there) and ``ctr image ls``,
   each under a timeout;
@@ -47,6 +51,7 @@ from testbed.images.catalog import (
     BinaryImage,
 )
 from testbed.images.containerd import image_digests, image_refs, import_images, wait_for_containerd
+from testbed.images.distributions import resolve_dependencies
 from testbed.images.errors import (
     CommandError,
     DependencyError,
@@ -54,12 +59,8 @@ from testbed.images.errors import (
     InterpreterError,
     MissingInputError,
 )
-from testbed.images.function import (
-    build_function_image,
-    current_interpreter,
-    function_image_config,
-    resolve_dependencies,
-)
+from testbed.images.function import build_function_image, function_image_config
+from testbed.images.interpreter import current_interpreter
 from testbed.images.ocipack import (
     ImageConfig,
     ImageLayout,

@@ -29,6 +29,8 @@ import pytest
 from testbed import toolchain
 from testbed.images import FUNCTION_IMAGE, build_function_image, extract_layer, function_image_config, read_image
 from testbed.images import function as fn
+from testbed.images.interpreter import PREFIX
+from testbed.images.wheel import WHEEL_SOURCES
 
 from .manifests import (
     DEPLOY,
@@ -85,7 +87,7 @@ def test_image_config_is_the_dockerfiles() -> None:
 
 
 def test_image_is_built_like_the_dockerfiles() -> None:
-    assert list(fn.WHEEL_SOURCES) == wheel_stage_sources(DOCKERFILE.read_text(encoding="utf-8"))
+    assert list(WHEEL_SOURCES) == wheel_stage_sources(DOCKERFILE.read_text(encoding="utf-8"))
     stage = _last_stage()
     (useradd,) = re.findall(r"useradd (.*?)(?:&&|$)", stage, re.M)
     assert f"--uid {fn.APP.uid}" in useradd and f"--gid {fn.APP.gid}" in useradd
@@ -93,7 +95,7 @@ def test_image_is_built_like_the_dockerfiles() -> None:
     (install_dir,) = re.findall(r"install -d -o (\d+) -g (\d+) (\S+)", stage)
     assert install_dir == (str(fn.APP.uid), str(fn.APP.gid), fn.HELM_HOME)
     assert f"{fn.APP.uid}:{fn.APP.gid}" == function_image_config().user
-    assert "/usr/local/bin/helm" in stage and f"{fn.PREFIX}/bin/helm" == "/usr/local/bin/helm"
+    assert "/usr/local/bin/helm" in stage and f"{PREFIX}/bin/helm" == "/usr/local/bin/helm"
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTION_MODULES))

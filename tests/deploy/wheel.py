@@ -2,7 +2,7 @@
 
 No image can be built here (no registry, no daemon), so the checks do what that stage does,
 short of the container: copy what its ``COPY`` lines copy and run its ``pip wheel --no-deps``,
-with the test bed's own builder (:func:`testbed.images.function.build_wheel`), whose list of
+with the test bed's own builder (:func:`testbed.images.wheel.build_wheel`), whose list of
 sources is compared with the stage's ``COPY`` lines (read from the Dockerfile itself).
 """
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.images.function import build_wheel as testbed_build_wheel
+from testbed.images.wheel import build_wheel as testbed_build_wheel
 
 from .manifests import REPO
 
