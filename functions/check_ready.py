@@ -30,7 +30,7 @@ from datetime import datetime
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import events, metrics
+from shared import access, events, metrics
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
 from shared.helm import DEPLOYED, FAILED, Helm
 from shared.http import Step, function_app
@@ -93,11 +93,12 @@ def waiting_for(release_status: str, rollout: Rollout | None, has_config: bool, 
 
 def _waiting_for(kube: Kube, names: TenantNames, release_status: str) -> str | None:
     rollout = kube.get_rollout(names.namespace, names.release) if release_status == DEPLOYED else None
-    has_config = (
-        rollout is not None
-        and rollout.done
-        and kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) is not None
-    )
+    has_config = False
+    if rollout is not None and rollout.done:
+        # Readable through install's RoleBinding in this namespace only (shared.access), as is
+        # helm's release record; a 403 here is temporary, and helm's failures are anyway.
+        with access.granted_at_run_time(names.namespace):
+            has_config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) is not None
     return waiting_for(release_status, rollout, has_config, names)
 
 

@@ -104,6 +104,8 @@ def handle(
     verdict = judge(None if namespace is None else namespace.labels, tenant, legacy_namespace_labels(tenant))
     if namespace is not None and owned(verdict):
         if not namespace.terminating:
+            # helm reads and writes the release's Secrets through install's RoleBinding in this
+            # namespace (shared.access); a refusal is a helm failure, temporary like all of them.
             try:
                 with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
                     helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))

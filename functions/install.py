@@ -12,12 +12,19 @@ already provisioned for its current generation. Otherwise, in this order:
    ``cloudSpaceID``, or a namespace or release that carries another owner (or none of ours),
    fails this Tenant with a message naming the owner, and nothing of theirs is touched;
 4. namespace ``vcluster-{tenantName}`` is created with the owner labels (or, made by this very
-   Tenant before ownership labels existed, given them once);
+   Tenant before ownership labels existed, given them once), and in it the Roles and
+   RoleBindings that let check-ready, store-kubeconfig and cleanup read the Secrets they need
+   there, and only there (``shared.access``), before anything that needs them runs;
 5. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
    if it already has these values), holding the release's Lease (``shared.locks``) so that one
    helm operation runs per release across every install pod; a release a killed helm left
    pending for longer than ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.helm``);
 6. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
+
+A delivery that leaves the Tenant alone still ensures step 4's grants when the namespace is this
+Tenant's (``access.grant_if_ours``): a Tenant made before they existed gets them on its next
+delivery, its deletion included, so its cleanup can work. That is best effort: a refusal is
+logged, never a reason to fail a Tenant install otherwise leaves alone.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import claims, events
-from shared.errors import TenantError
+from shared import access, claims, events
+from shared.errors import NamespaceTerminating, PermanentError, TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -83,6 +90,7 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
     skip = skip_reason(tenant)
     if skip is not None:
         log.info(skip)
+        _grant_if_ours(kube, tenant, settings)
         return None
     tenant = first_sight(kube, tenant)
     if not tenant.has_finalizer:
@@ -95,6 +103,7 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
     if namespace.claim == Claim.ADOPT:
         kube.label_namespace(names.namespace, namespace_labels(tenant))
         log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
+    access.grant(kube, tenant, settings.tenant_namespace)
 
     # Pending again (a retry, or resync after the vCluster's StatefulSet went away) with the
     # release in place: upgrade it even if its values are the same, so helm makes again what is
@@ -131,6 +140,18 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
         ),
     )
     return events.make(events.PROVISIONING, NAME, tenant.ref)
+
+
+def _grant_if_ours(kube: Kube, tenant: Tenant, settings: Settings) -> None:
+    """The grants of step 4 on a delivery that otherwise leaves the Tenant alone. A temporary
+    error is raised (the broker re-delivers, and a repeat only reads); a namespace being deleted
+    needs nothing; a refusal is logged and the Tenant left as it is."""
+    try:
+        access.grant_if_ours(kube, tenant, settings.tenant_namespace)
+    except NamespaceTerminating:
+        log.info("namespace is being deleted; no access to grant there")
+    except PermanentError as err:
+        log.warning("could not grant the functions' access in the namespace", extra={"error": str(err)})
 
 
 def create_app(runtime: Runtime | None = None) -> Flask:

@@ -20,7 +20,7 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import claims, events
+from shared import access, claims, events
 from shared.errors import TemporaryError
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -44,7 +44,10 @@ def handle(kube: Kube, settings: Settings, ref: TenantRef) -> BaseCloudEvent | N
         return None
     names = tenant.spec.names
     claims.namespace_verdict(kube, tenant)  # refuses a namespace that is not this Tenant's
-    config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    # Readable through install's Role in this namespace, by name, and nowhere else (shared.access);
+    # a 403 here is temporary: the grant may not be in force yet.
+    with access.granted_at_run_time(names.namespace):
+        config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     if config is None:
         raise TemporaryError(f"Secret {names.namespace}/{names.vcluster_secret} has no key {VCLUSTER_CONFIG_KEY!r}")
     namespace = settings.tenant_namespace

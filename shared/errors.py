@@ -46,6 +46,13 @@ class PermanentError(TenantError):
     reason = "ProvisioningFailed"
 
 
+class Forbidden(PermanentError):
+    """The API server refused the request (401, 403): a rule this identity lacks. Permanent, since
+    a missing rule of ``deploy/`` does not heal by retrying; the one exception is access that
+    install grants at run time in a Tenant's namespace, where ``shared.access`` makes it
+    temporary (the grant may not be in force yet)."""
+
+
 class OwnershipConflict(PermanentError):
     """What this Tenant needs (its namespace, release or kubeconfig Secret) belongs to someone
     else: another Tenant, a Tenant that is gone, or nobody we know of. Nothing of it is touched."""

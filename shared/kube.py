@@ -3,9 +3,10 @@
 It speaks in this project's values (``Tenant``, ``StatusUpdate``, ``TenantEvent``, ``Rollout``,
 ``StoredSecret``) and errors: a 409 becomes ``Conflict``; 429, 5xx and connection failures
 become ``TemporaryError``; a 403 for a namespace being deleted is ``NamespaceTerminating``
-(temporary); other 401/403 become ``PermanentError`` (a missing RBAC rule does not heal by
-retrying; the message names the verb and resource), and so do 400/422 (the object we sent is
-invalid); a write to a Tenant that is gone is ``TenantGone``. Writes are guarded by the
+(temporary); other 401/403 become ``Forbidden``, a ``PermanentError`` (a missing RBAC rule does
+not heal by retrying; the message names the verb and resource; the callers that read where
+install grants access at run time make it temporary, ``shared.access``), and so do 400/422 (the
+object we sent is invalid); a write to a Tenant that is gone is ``TenantGone``. Writes are guarded by the
 resourceVersion that was read. Secret contents never appear in an error message or a log line.
 """
 
@@ -30,7 +31,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from shared import tracing
-from shared.errors import Conflict, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
+from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
+from shared.rbac import Role, RoleBinding
 from shared.senders import Review
 from shared.tenant import (
     API_VERSION,
@@ -111,7 +113,15 @@ def _classified(what: str, fn: Callable[[], T]) -> T:
         if status == 403 and "because it is being terminated" in _api_message(err):
             raise NamespaceTerminating(f"{what}: the namespace is being deleted", retry_after=2) from None
         if status in (401, 403):
-            raise PermanentError(f"{what}: the API server refused it ({status} {reason})") from None
+            # Permanent on purpose: a rule missing from deploy/ does not heal by retrying, and the
+            # Tenant is better Failed at once with the verb and resource named than re-delivered
+            # until the broker gives up. The one 403 that heals is a read in a Tenant's vcluster-*
+            # namespace, where install grants the other functions their access at run time
+            # (shared.access): a RoleBinding just made counts only once the API server's RBAC
+            # cache has it, and a Tenant of an earlier version gets its bindings on its next
+            # install delivery. Only those callers know that they read there, so they turn this
+            # Forbidden into a TemporaryError themselves (access.granted_at_run_time).
+            raise Forbidden(f"{what}: the API server refused it ({status} {reason})") from None
         if status in (400, 422):
             raise PermanentError(f"{what}: the API server found it invalid ({status}): {_api_message(err)}") from None
         if status == 429 or status >= 500 or status == 0:
@@ -134,6 +144,7 @@ class Kube:
         self._coordination: Any = k8s.CoordinationV1Api(api_client)
         self._apps: Any = k8s.AppsV1Api(api_client)
         self._authentication: Any = k8s.AuthenticationV1Api(api_client)
+        self._rbac: Any = k8s.RbacAuthorizationV1Api(api_client)
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Kube:
@@ -350,6 +361,68 @@ class Kube:
                 lambda: self._coordination.delete_namespaced_lease(name, namespace, body=options),
             )
 
+    # RBAC in a Tenant's namespace (shared.access) ------------------------------------------
+
+    def get_role(self, namespace: str, name: str) -> Role | None:
+        what = f"get role {namespace}/{name}"
+        found = _found_or_none(what, lambda: self._rbac.read_namespaced_role(name, namespace))
+        return None if found is None else Role.of(self._as_json(found))
+
+    def get_role_binding(self, namespace: str, name: str) -> RoleBinding | None:
+        found = _found_or_none(
+            f"get rolebinding {namespace}/{name}", lambda: self._rbac.read_namespaced_role_binding(name, namespace)
+        )
+        return None if found is None else RoleBinding.of(self._as_json(found))
+
+    def _as_json(self, obj: object) -> dict[str, Any]:
+        """A client object as the API server's JSON has it (camelCase keys)."""
+        return dict(self._api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+
+    def create_role(self, role: Role) -> bool:
+        """Create ``role``; False if one of its name exists already (then nothing changed)."""
+        return _created(
+            f"create role {role.namespace}/{role.name}",
+            lambda: self._rbac.create_namespaced_role(role.namespace, role.manifest()),
+        )
+
+    def create_role_binding(self, binding: RoleBinding) -> bool:
+        """Create ``binding``; False if one of its name exists already (then nothing changed)."""
+        return _created(
+            f"create rolebinding {binding.namespace}/{binding.name}",
+            lambda: self._rbac.create_namespaced_role_binding(binding.namespace, binding.manifest()),
+        )
+
+    def patch_role(self, role: Role, resource_version: str) -> None:
+        """Give the version we read ``role``'s rules and labels (``Conflict`` if it moved on)."""
+        body = {
+            "metadata": {"labels": dict(role.labels), "resourceVersion": resource_version},
+            "rules": [rule.manifest() for rule in role.rules],
+        }
+        _call(
+            f"patch role {role.namespace}/{role.name}",
+            lambda: self._rbac.patch_namespaced_role(role.name, role.namespace, body),
+        )
+
+    def patch_role_binding(self, binding: RoleBinding, resource_version: str) -> None:
+        """Give the version we read ``binding``'s subjects and labels (``Conflict`` if it moved on).
+        Its roleRef cannot change: for that, ``delete_role_binding`` and create it again."""
+        body = {
+            "metadata": {"labels": dict(binding.labels), "resourceVersion": resource_version},
+            "subjects": [subject.manifest() for subject in binding.subjects],
+        }
+        _call(
+            f"patch rolebinding {binding.namespace}/{binding.name}",
+            lambda: self._rbac.patch_namespaced_role_binding(binding.name, binding.namespace, body),
+        )
+
+    def delete_role_binding(self, namespace: str, name: str, resource_version: str) -> None:
+        """Delete the version we read; absent is fine, changed is ``Conflict``."""
+        options = _precondition(resource_version)
+        _unless_absent(
+            f"delete rolebinding {namespace}/{name}",
+            lambda: self._rbac.delete_namespaced_role_binding(name, namespace, body=options),
+        )
+
     # Sender identity ----------------------------------------------------------------------
 
     def review_token(self, token: str, audience: str) -> Review:
@@ -420,6 +493,20 @@ class Kube:
             f"delete secret {namespace}/{name}",
             lambda: self._core.delete_namespaced_secret(name, namespace, body=options),
         )
+
+
+def _created(what: str, fn: Callable[[], object]) -> bool:
+    """A create for which "it exists already" (409) is an answer: False. Its namespace gone (404)
+    is temporary: whoever deletes it is at work, and the next delivery sees the outcome."""
+    try:
+        _call(what, fn)
+    except Conflict:
+        return False
+    except ApiException as err:
+        if err.status == 404:
+            raise TemporaryError(f"{what}: its namespace does not exist", retry_after=2) from None
+        raise
+    return True
 
 
 def _unless_absent(what: str, fn: Callable[[], object]) -> None:

@@ -14,6 +14,7 @@ counted and journaled in order, so a test can say what happened and in which ord
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,11 +25,12 @@ from flask import Flask
 from werkzeug.test import TestResponse
 
 from shared import events, tracing
-from shared.errors import Conflict, TemporaryError, TenantGone
+from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
 from shared.helm import DEPLOYED, PENDING_STATES, Guard, ReleaseState
 from shared.kube import NamespaceInfo, Rollout, StoredSecret
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
+from shared.rbac import Role, RoleBinding
 from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 
 TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE
@@ -127,6 +129,8 @@ class FakeKube:
         self.journal: list[tuple[str, str]] = []  # writes in order (FakeHelm adds its own): (what, on what)
         self.leases: dict[tuple[str, str], str] = {}  # (namespace, name) -> holder; a lock, not in the journal
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
+        self.roles: dict[tuple[str, str], Role] = {}  # (namespace, name) -> as stored, with its resourceVersion
+        self.role_bindings: dict[tuple[str, str], RoleBinding] = {}
         self._version = 100
 
     # set-up, as a person or the API server ----------------------------------------------------
@@ -179,6 +183,9 @@ class FakeKube:
         """The namespace controller is done: a terminating namespace disappears."""
         assert self.namespaces[name]["terminating"], f"namespace {name} is not being deleted"
         del self.namespaces[name]
+        for held in (self.roles, self.role_bindings):
+            for key in [k for k in held if k[0] == name]:
+                del held[key]
 
     def add_secret(self, namespace: str, name: str, data: Mapping[str, bytes], labels: Mapping[str, str]) -> None:
         self.secrets[(namespace, name)] = {
@@ -313,6 +320,74 @@ class FakeKube:
     def get_rollout(self, namespace: str, name: str) -> Rollout | None:
         self.calls["get_rollout"] += 1
         return self.rollouts.get((namespace, name))
+
+    # Roles and RoleBindings (shared.access) -----------------------------------------------------
+
+    def _into_namespace(self, what: str, namespace: str) -> None:
+        """The API server's answer to a create in a namespace that is gone or being deleted."""
+        if namespace not in self.namespaces:
+            raise TemporaryError(f"{what}: its namespace does not exist")
+        if self.namespaces[namespace]["terminating"]:
+            raise NamespaceTerminating(f"{what}: the namespace is being deleted")
+
+    def get_role(self, namespace: str, name: str) -> Role | None:
+        self.calls["get_role"] += 1
+        return self.roles.get((namespace, name))
+
+    def get_role_binding(self, namespace: str, name: str) -> RoleBinding | None:
+        self.calls["get_role_binding"] += 1
+        return self.role_bindings.get((namespace, name))
+
+    def create_role(self, role: Role) -> bool:
+        self.calls["create_role"] += 1
+        self._into_namespace(f"create role {role.name}", role.namespace)
+        if (role.namespace, role.name) in self.roles:
+            return False
+        self._write("role create", f"{role.namespace}/{role.name}")
+        self.roles[(role.namespace, role.name)] = dataclasses.replace(role, resource_version=self._next_version())
+        return True
+
+    def create_role_binding(self, binding: RoleBinding) -> bool:
+        self.calls["create_role_binding"] += 1
+        self._into_namespace(f"create rolebinding {binding.name}", binding.namespace)
+        if (binding.namespace, binding.name) in self.role_bindings:
+            return False
+        self._write("rolebinding create", f"{binding.namespace}/{binding.name}")
+        stored = dataclasses.replace(binding, resource_version=self._next_version())
+        self.role_bindings[(binding.namespace, binding.name)] = stored
+        return True
+
+    def patch_role(self, role: Role, resource_version: str) -> None:
+        self.calls["patch_role"] += 1
+        current = self.roles[(role.namespace, role.name)]
+        if current.resource_version != resource_version:
+            raise Conflict(f"patch role {role.name}: conflict")
+        self._write("role patch", f"{role.namespace}/{role.name}")
+        labels = dict(current.labels) | dict(role.labels)
+        self.roles[(role.namespace, role.name)] = dataclasses.replace(
+            current, rules=role.rules, labels=labels, resource_version=self._next_version()
+        )
+
+    def patch_role_binding(self, binding: RoleBinding, resource_version: str) -> None:
+        self.calls["patch_role_binding"] += 1
+        current = self.role_bindings[(binding.namespace, binding.name)]
+        if current.resource_version != resource_version:
+            raise Conflict(f"patch rolebinding {binding.name}: conflict")
+        self._write("rolebinding patch", f"{binding.namespace}/{binding.name}")
+        labels = dict(current.labels) | dict(binding.labels)
+        self.role_bindings[(binding.namespace, binding.name)] = dataclasses.replace(
+            current, subjects=binding.subjects, labels=labels, resource_version=self._next_version()
+        )
+
+    def delete_role_binding(self, namespace: str, name: str, resource_version: str) -> None:
+        self.calls["delete_role_binding"] += 1
+        current = self.role_bindings.get((namespace, name))
+        if current is None:
+            return
+        if current.resource_version != resource_version:
+            raise Conflict(f"delete rolebinding {name}: conflict")
+        self._write("rolebinding delete", f"{namespace}/{name}")
+        del self.role_bindings[(namespace, name)]
 
     # Leases (the cross-process helm lock) ---------------------------------------------------------
 

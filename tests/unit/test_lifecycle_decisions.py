@@ -66,6 +66,13 @@ BOB_SECRET = f"tenant-{CS_BOB}-kubeconfig"
 BOB_KEY = f"{TENANT_NAMESPACE}/bob-dev"
 CONFIG = b"apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3cret}}]\n"
 EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
+# What install writes in bob-dev's namespace for the other functions (shared.access), in order.
+GRANTS = [
+    ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
+    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-check-ready"),
+    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
+    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-cleanup"),
+]
 
 
 # helpers ----------------------------------------------------------------------------------------
@@ -188,6 +195,7 @@ def test_install_writes_pending_then_the_finalizer_before_it_makes_anything(kube
         ("event", "Pending"),
         ("finalizer+", BOB_KEY),
         ("namespace create", BOB_NS),
+        *GRANTS,
         ("helm install", f"{BOB_NS}/{BOB_RELEASE}"),
         ("status", f"{BOB_KEY}:Provisioning"),
         ("event", "Provisioning"),
@@ -439,7 +447,7 @@ def test_install_leaves_failed_deleting_and_settled_tenants_alone(
     assert run_install(kube, helm, obj) is None
 
     assert kube.journal == []
-    assert kube.calls == {"get_tenant": 1}
+    assert kube.calls == {"get_tenant": 1, "get_namespace": 1}  # no namespace: no access to grant in it
     assert helm.calls == {}
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before
 

@@ -1,0 +1,166 @@
+"""The other functions' access to Secrets in a Tenant's namespace: granted there by install.
+
+Only install holds cluster-wide rules on Secrets (helm's release records and the chart's Secret;
+policy/tenant-install-scope.yaml confines its writes to vcluster-*). check-ready,
+store-kubeconfig and cleanup read Secrets only in ``vcluster-{tenantName}``, which exists only
+once install made it, so install, each time it makes or finds that namespace, ensures there:
+
+- RoleBinding ``kubeopera-tenants:tenant-check-ready`` to ClusterRole
+  ``kubeopera-tenants:tenant-check-ready:vcluster-namespace``: get, list Secrets (``helm status``
+  lists the release's records; vcluster's ``vc-<release>``);
+- Role and RoleBinding ``kubeopera-tenants:tenant-store-kubeconfig``: get Secret ``vc-<release>``,
+  by name, and nothing else;
+- RoleBinding ``kubeopera-tenants:tenant-cleanup`` to ClusterRole
+  ``kubeopera-tenants:tenant-cleanup:vcluster-namespace``: get, list, update, delete Secrets
+  (``helm uninstall``: the release's records, the chart's Secret).
+
+The ClusterRoles are in ``deploy/base/rbac/`` (``NAMESPACE_RULES`` is what they must hold, checked
+by ``tests/deploy/test_namespace_access.py``). RBAC's escalation check lets install make these
+because it holds every rule it grants (its own Secret rules), so it needs no ``bind``.
+
+The objects carry the namespace's labels (the owner's uid, namespace and name, ``shared.ownership``)
+and ``app.kubernetes.io/*`` naming the function. They have no ownerReferences: the Tenant lives in
+another namespace, and the garbage collector reads an owner in another namespace as absent and
+deletes the dependent. cleanup's deletion of the namespace takes them with it.
+
+Each is read first and written only when missing or different, so a second run writes nothing.
+A read in the namespace that the API server refuses (403) while the grant is not in force yet is
+temporary (``granted_at_run_time``); see the note on 403 in ``shared.kube``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from shared.errors import Conflict, Forbidden, TemporaryError
+from shared.kube import Kube
+from shared.ownership import Claim, judge, legacy_namespace_labels, namespace_labels
+from shared.rbac import Role, RoleBinding, RoleRef, Rule, Subject, has_labels
+from shared.tenant import Tenant
+
+log = logging.getLogger(__name__)
+
+CHECK_READY = "tenant-check-ready"
+STORE_KUBECONFIG = "tenant-store-kubeconfig"
+CLEANUP = "tenant-cleanup"
+PREFIX = "kubeopera-tenants:"
+# How long a function waits before asking again when its access is not in force yet.
+ACCESS_RETRY_SECONDS = 5
+
+# What each function may do in every Tenant's namespace, held by a ClusterRole of deploy/base/rbac
+# that install binds there. store-kubeconfig's one Secret has a name, so it gets a Role instead.
+NAMESPACE_RULES: Mapping[str, tuple[Rule, ...]] = {
+    CHECK_READY: (Rule(("",), ("secrets",), ("get", "list")),),
+    CLEANUP: (Rule(("",), ("secrets",), ("get", "list", "update", "delete")),),
+}
+
+
+def cluster_role(service: str) -> str:
+    """The ClusterRole (deploy/base/rbac/<service>.yaml) install binds in each Tenant's namespace."""
+    return f"{PREFIX}{service}:vcluster-namespace"
+
+
+def store_kubeconfig_rules(tenant: Tenant) -> tuple[Rule, ...]:
+    return (Rule(("",), ("secrets",), ("get",), (tenant.spec.names.vcluster_secret,)),)
+
+
+@dataclass(frozen=True)
+class Grants:
+    """Everything install makes in one Tenant's namespace."""
+
+    roles: tuple[Role, ...]
+    bindings: tuple[RoleBinding, ...]
+
+
+def namespace_grants(tenant: Tenant, service_namespace: str) -> Grants:
+    """The Roles and RoleBindings of ``tenant``'s namespace; the functions' ServiceAccounts live
+    in ``service_namespace`` (TENANT_NAMESPACE: they run where the Tenants are)."""
+    namespace = tenant.spec.names.namespace
+
+    def labels(service: str) -> dict[str, str]:
+        return namespace_labels(tenant) | {
+            "app.kubernetes.io/name": "kubeopera-tenants",
+            "app.kubernetes.io/component": service.removeprefix("tenant-"),
+            "app.kubernetes.io/part-of": "kubeopera",
+        }
+
+    def binding(service: str, ref: RoleRef) -> RoleBinding:
+        return RoleBinding(namespace, PREFIX + service, ref, (Subject(service, service_namespace),), labels(service))
+
+    store = Role(namespace, PREFIX + STORE_KUBECONFIG, store_kubeconfig_rules(tenant), labels(STORE_KUBECONFIG))
+    return Grants(
+        roles=(store,),
+        bindings=(
+            binding(CHECK_READY, RoleRef("ClusterRole", cluster_role(CHECK_READY))),
+            binding(STORE_KUBECONFIG, RoleRef("Role", store.name)),
+            binding(CLEANUP, RoleRef("ClusterRole", cluster_role(CLEANUP))),
+        ),
+    )
+
+
+def grant(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
+    """Make the namespace's Roles and RoleBindings what ``namespace_grants`` says (the namespace
+    must be this Tenant's: the caller has judged it). Returns how many writes it took."""
+    wanted = namespace_grants(tenant, service_namespace)
+    writes = sum(_ensure_role(kube, role) for role in wanted.roles)
+    writes += sum(_ensure_binding(kube, binding) for binding in wanted.bindings)
+    if writes:
+        log.info("functions' access granted in the namespace", extra={"namespace": tenant.spec.names.namespace})
+    return writes
+
+
+def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
+    """``grant``, if the namespace exists, is not being deleted and carries this Tenant's uid:
+    for install's deliveries that otherwise leave the Tenant alone, so a Tenant made before
+    these grants existed gets them on its next delivery (and its cleanup can work)."""
+    found = kube.get_namespace(tenant.spec.names.namespace)
+    if found is None or found.terminating:
+        return 0
+    if judge(found.labels, tenant, legacy_namespace_labels(tenant)).claim != Claim.OURS:
+        return 0
+    return grant(kube, tenant, service_namespace)
+
+
+def _ensure_role(kube: Kube, want: Role) -> int:
+    found = kube.get_role(want.namespace, want.name)
+    if found is None:
+        if not kube.create_role(want):
+            raise Conflict(f"role {want.namespace}/{want.name} was made by another delivery meanwhile")
+        return 1
+    if found == want and has_labels(found.labels, want.labels):
+        return 0
+    kube.patch_role(want, found.resource_version)
+    return 1
+
+
+def _ensure_binding(kube: Kube, want: RoleBinding) -> int:
+    found = kube.get_role_binding(want.namespace, want.name)
+    writes = 0
+    if found is not None and found.role_ref != want.role_ref:  # immutable: made again
+        kube.delete_role_binding(want.namespace, want.name, found.resource_version)
+        found, writes = None, 1
+    if found is None:
+        if not kube.create_role_binding(want):
+            raise Conflict(f"rolebinding {want.namespace}/{want.name} was made by another delivery meanwhile")
+        return writes + 1
+    if found == want and has_labels(found.labels, want.labels):
+        return 0
+    kube.patch_role_binding(want, found.resource_version)
+    return 1
+
+
+@contextmanager
+def granted_at_run_time(namespace: str) -> Iterator[None]:
+    """Around a read in a Tenant's namespace: the API server's refusal there is temporary (the
+    grant install made may not be in force yet), asked again after ``ACCESS_RETRY_SECONDS``;
+    the broker's retry budget bounds it, and then the dead-letter sink fails the Tenant."""
+    try:
+        yield
+    except Forbidden as err:
+        raise TemporaryError(
+            f"{err}; install grants this access in {namespace} at run time, and it is not in force yet",
+            retry_after=ACCESS_RETRY_SECONDS,
+        ) from None

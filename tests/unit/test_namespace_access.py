@@ -1,0 +1,346 @@
+"""install grants check-ready, store-kubeconfig and cleanup their Secret access in the Tenant's
+namespace, and only there (``shared.access``): what it makes, that a second run writes nothing,
+that a Tenant made before the grants gets them on its next delivery, and that a refused read in
+that namespace is temporary while every other refusal stays permanent. In-memory fakes only."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from cloudevents.core.v1.event import CloudEvent
+
+from functions import check_ready, install, store_kubeconfig
+from shared import access, events
+from shared.errors import Conflict, Forbidden, PermanentError, TemporaryError
+from shared.http import Step, function_app
+from shared.ownership import legacy_namespace_labels, namespace_labels
+from shared.rbac import Role, RoleBinding, RoleRef, Rule, Subject
+from shared.settings import Settings
+from shared.tenant import FINALIZER, Tenant, parse_time
+
+from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, deliver, ref_of, tenant_object
+
+SETTINGS = Settings(ready_poll_seconds=15, provision_timeout_seconds=600)
+CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
+CS_OTHER = "0b6f5a4e-3d2c-4b1a-9f8e-7d6c5b4a3f2e"
+BOB_NS = "vcluster-bob-dev"
+EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
+CONFIG = b"apiVersion: v1\nkind: Config\n"
+STORE = "kubeopera-tenants:tenant-store-kubeconfig"
+
+
+def live(kube: FakeKube, name: str = "bob-dev") -> Tenant:
+    found = kube.get_tenant(TENANT_NAMESPACE, name)
+    assert found is not None
+    return found
+
+
+def provision(kube: FakeKube, helm: FakeHelm, **kw: Any) -> dict[str, Any]:
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, **kw))
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
+    current = kube.tenant_dict(TENANT_NAMESPACE, "bob-dev")
+    assert current is not None
+    return current
+
+
+def grant_writes(kube: FakeKube, mark: int = 0) -> list[tuple[str, str]]:
+    return [w for w in kube.journal[mark:] if w[0].startswith(("role", "rolebinding"))]
+
+
+def settled(phase: str = "Ready") -> dict[str, Any]:
+    cond = {"status": "True", "reason": "Installed", "observedGeneration": 1, "lastTransitionTime": EARLY}
+    return {
+        "phase": phase,
+        "observedGeneration": 1,
+        "lastSyncedAt": EARLY,
+        "conditions": [{"type": "ReleaseInstalled", **cond}, {"type": "Ready", **cond, "reason": "VClusterReady"}],
+    }
+
+
+# what install makes -------------------------------------------------------------------------------
+
+
+def test_install_grants_each_function_exactly_its_secret_access_in_the_namespace(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    provision(kube, helm)
+    tenant = live(kube)
+    labels = namespace_labels(tenant)
+    sa = {name: Subject(name, TENANT_NAMESPACE) for name in ("tenant-check-ready", "tenant-store-kubeconfig")}
+
+    assert kube.roles == {
+        (BOB_NS, STORE): Role(BOB_NS, STORE, (Rule(("",), ("secrets",), ("get",), ("vc-vc-bob-dev",)),))
+    }
+    assert kube.role_bindings == {
+        (BOB_NS, "kubeopera-tenants:tenant-check-ready"): RoleBinding(
+            BOB_NS,
+            "kubeopera-tenants:tenant-check-ready",
+            RoleRef("ClusterRole", "kubeopera-tenants:tenant-check-ready:vcluster-namespace"),
+            (sa["tenant-check-ready"],),
+        ),
+        (BOB_NS, STORE): RoleBinding(BOB_NS, STORE, RoleRef("Role", STORE), (sa["tenant-store-kubeconfig"],)),
+        (BOB_NS, "kubeopera-tenants:tenant-cleanup"): RoleBinding(
+            BOB_NS,
+            "kubeopera-tenants:tenant-cleanup",
+            RoleRef("ClusterRole", "kubeopera-tenants:tenant-cleanup:vcluster-namespace"),
+            (Subject("tenant-cleanup", TENANT_NAMESPACE),),
+        ),
+    }
+    # labelled as the namespace is (owner uid, namespace, name), and by the function they serve
+    for obj in [*kube.roles.values(), *kube.role_bindings.values()]:
+        component = obj.name.removeprefix("kubeopera-tenants:tenant-")
+        assert obj.labels == labels | {
+            "app.kubernetes.io/name": "kubeopera-tenants",
+            "app.kubernetes.io/component": component,
+            "app.kubernetes.io/part-of": "kubeopera",
+        }
+    # made after the namespace, before helm and so before check-ready is ever asked
+    order = [what for what, _ in kube.journal]
+    assert order.index("namespace create") < order.index("role create") < order.index("helm install")
+    assert max(i for i, what in enumerate(order) if what.startswith("rolebinding")) < order.index("helm install")
+
+
+def test_the_rules_install_binds_are_the_ones_the_functions_need_in_the_namespace() -> None:
+    needed = {
+        # helm status lists the release's records by label; vcluster's kubeconfig Secret by name
+        "tenant-check-ready": (Rule(("",), ("secrets",), ("get", "list")),),
+        # helm uninstall: lists, gets, marks "uninstalling" (update) and deletes the records
+        "tenant-cleanup": (Rule(("",), ("secrets",), ("get", "list", "update", "delete")),),
+    }
+    assert needed == access.NAMESPACE_RULES
+
+
+def test_a_second_install_run_writes_no_grant(kube: FakeKube, helm: FakeHelm) -> None:
+    provision(kube, helm)
+    assert len(grant_writes(kube)) == 4
+    mark = len(kube.journal)
+
+    obj = kube.set_phase(TENANT_NAMESPACE, "bob-dev", "Pending")  # the runbook's retry
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
+
+    assert grant_writes(kube, mark) == []
+    assert access.grant(kube, live(kube), TENANT_NAMESPACE) == 0
+    assert kube.calls["create_role"] == 1 and kube.calls["create_role_binding"] == 3
+
+
+def test_a_changed_grant_is_put_back_with_one_write_each(kube: FakeKube, helm: FakeHelm) -> None:
+    provision(kube, helm)
+    tenant = live(kube)
+    store = kube.roles[(BOB_NS, STORE)]
+    kube.roles[(BOB_NS, STORE)] = Role(BOB_NS, STORE, (Rule(("",), ("secrets",), ("get", "list")),), store.labels, "7")
+    check = kube.role_bindings[(BOB_NS, "kubeopera-tenants:tenant-check-ready")]
+    kube.role_bindings[(BOB_NS, check.name)] = RoleBinding(
+        BOB_NS, check.name, check.role_ref, (Subject("someone-else", "default"),), {}, "8"
+    )
+    cleanup = kube.role_bindings[(BOB_NS, "kubeopera-tenants:tenant-cleanup")]
+    kube.role_bindings[(BOB_NS, cleanup.name)] = RoleBinding(
+        BOB_NS, cleanup.name, RoleRef("ClusterRole", "admin"), cleanup.subjects, cleanup.labels, "9"
+    )
+    mark = len(kube.journal)
+
+    assert access.grant(kube, tenant, TENANT_NAMESPACE) == 4
+
+    assert grant_writes(kube, mark) == [
+        ("role patch", f"{BOB_NS}/{STORE}"),
+        ("rolebinding patch", f"{BOB_NS}/{check.name}"),
+        ("rolebinding delete", f"{BOB_NS}/{cleanup.name}"),  # a roleRef cannot change: made again
+        ("rolebinding create", f"{BOB_NS}/{cleanup.name}"),
+    ]
+    wanted = access.namespace_grants(tenant, TENANT_NAMESPACE)
+    assert tuple(kube.roles.values()) == wanted.roles
+    assert set(kube.role_bindings.values()) == set(wanted.bindings)
+    assert kube.role_bindings[(BOB_NS, check.name)].labels == check.labels
+    assert access.grant(kube, tenant, TENANT_NAMESPACE) == 0
+
+
+def test_a_grant_made_by_another_delivery_meanwhile_is_a_conflict_to_run_again(helm: FakeHelm) -> None:
+    class RacingKube(FakeKube):
+        """Another install delivery creates the Role between our read and our create."""
+
+        def create_role(self, role: Role) -> bool:
+            if (role.namespace, role.name) not in self.roles:
+                super().create_role(role)
+            return super().create_role(role)
+
+    kube = RacingKube()
+    helm.kube = kube
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    with pytest.raises(Conflict, match="made by another delivery meanwhile"):
+        install.handle(kube, helm, SETTINGS, ref_of(obj))
+    # the HTTP layer runs the step again on fresh data: now it is found as it should be
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
+    assert kube.writes["role create"] == 1
+
+
+def test_no_grant_in_a_namespace_that_is_another_tenants(kube: FakeKube, helm: FakeHelm) -> None:
+    provision(kube, helm, created=EARLY)
+    mark = len(kube.journal)
+    intruder = kube.add_tenant(tenant_object("bob-dev-2", CS_OTHER, tenant_name="bob-dev", created=LATE))
+    with pytest.raises(PermanentError):
+        install.handle(kube, helm, SETTINGS, ref_of(intruder))
+    failed = kube.set_phase(TENANT_NAMESPACE, "bob-dev-2", "Failed")
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(failed)) is None  # a later delivery: left alone
+
+    assert grant_writes(kube, mark) == []
+    owner = live(kube).uid
+    assert {obj.labels["kubeopera.io/owner-uid"] for obj in kube.role_bindings.values()} == {owner}
+
+
+# Tenants made before the grants -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param({"status": settled("Ready"), "finalizers": [FINALIZER]}, id="ready"),
+        pytest.param({"status": settled("Provisioning"), "finalizers": [FINALIZER]}, id="provisioning"),
+        pytest.param({"status": {"phase": "Failed", "message": "earlier"}, "finalizers": [FINALIZER]}, id="failed"),
+        pytest.param({"status": settled("Ready"), "finalizers": [FINALIZER], "deleting": True}, id="deleting"),
+    ],
+)
+def test_a_tenant_install_leaves_alone_gets_the_grants_in_its_namespace(
+    kube: FakeKube, helm: FakeHelm, how: dict[str, Any]
+) -> None:
+    how = dict(how)
+    deleting = how.pop("deleting", False)
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, **how))
+    kube.add_namespace(BOB_NS, namespace_labels(live(kube)))
+    if deleting:
+        obj = kube.delete_tenant(TENANT_NAMESPACE, "bob-dev") or obj
+    before = kube.tenant_dict(TENANT_NAMESPACE, "bob-dev")
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
+
+    assert [what for what, _ in kube.journal] == ["role create"] + ["rolebinding create"] * 3
+    assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before, "the Tenant itself is left alone"
+    assert helm.calls == {}
+    mark = len(kube.journal)
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
+    assert kube.journal[mark:] == [], "the next delivery only reads"
+
+
+@pytest.mark.parametrize("case", ["terminating", "adopt", "foreign", "absent"])
+def test_a_left_alone_tenant_gets_no_grant_where_it_has_no_settled_namespace(
+    kube: FakeKube, helm: FakeHelm, case: str
+) -> None:
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]))
+    tenant = live(kube)
+    if case == "terminating":
+        kube.add_namespace(BOB_NS, namespace_labels(tenant), terminating=True)
+    elif case == "adopt":  # the previous version's labels: adopted by a full install run, not here
+        kube.add_namespace(BOB_NS, legacy_namespace_labels(tenant))
+    elif case == "foreign":
+        kube.add_namespace(BOB_NS, {"team": "platform"})
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
+    assert kube.journal == []
+
+
+def test_a_refused_grant_on_a_left_alone_tenant_is_logged_not_a_failure(
+    helm: FakeHelm, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Refusing(FakeKube):
+        def create_role(self, role: Role) -> bool:
+            raise Forbidden(f"create role {role.namespace}/{role.name}: the API server refused it (403 Forbidden)")
+
+    kube = Refusing()
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]))
+    kube.add_namespace(BOB_NS, namespace_labels(live(kube)))
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
+    assert live(kube).status.phase == "Ready"
+    assert "could not grant the functions' access" in caplog.text
+
+
+def test_a_grant_on_a_new_tenant_refused_fails_it_with_the_verb_named(helm: FakeHelm) -> None:
+    class Refusing(FakeKube):
+        def create_role_binding(self, binding: RoleBinding) -> bool:
+            raise Forbidden(f"create rolebinding {binding.name}: the API server refused it (403 Forbidden)")
+
+    kube = Refusing()
+    helm.kube = kube
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    with pytest.raises(PermanentError, match="create rolebinding .* refused it"):
+        install.handle(kube, helm, SETTINGS, ref_of(obj))
+    assert helm.operations == [], "nothing is installed that the others could not check"
+
+
+# a refused read in the namespace is temporary; elsewhere it is not ----------------------------------
+
+
+class NotGrantedYet(FakeKube):
+    """The API server before its RBAC cache has install's bindings: 403 on Secrets in vcluster-*."""
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
+        if namespace.startswith("vcluster-"):
+            self.calls["read_secret_key"] += 1
+            raise Forbidden(f"get secret {namespace}/{name}: the API server refused it (403 Forbidden)")
+        return super().read_secret_key(namespace, name, key)
+
+
+def test_store_kubeconfig_refused_in_the_namespace_answers_503_and_leaves_the_tenant(helm: FakeHelm) -> None:
+    kube = NotGrantedYet()
+    helm.kube = kube
+    obj = provision(kube, helm)
+    kube.boot_vcluster("bob-dev", CONFIG)
+    app = function_app(
+        Step(
+            name=store_kubeconfig.NAME,
+            accepts=frozenset({events.READY}),
+            handle=lambda event, ref: store_kubeconfig.handle(kube, SETTINGS, ref),
+        )
+    )
+    ready = CloudEvent(
+        attributes={"type": events.READY, "source": "/test", "datacontenttype": "application/json"},
+        data=events.ref_data(ref_of(obj)),
+    )
+
+    answer = deliver(app, ready)
+
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"] == str(access.ACCESS_RETRY_SECONDS)
+    assert "not in force yet" in answer.json["error"]
+    assert live(kube).status.phase == "Provisioning"
+    assert kube.writes["secret write"] == 0
+
+
+def test_check_ready_refused_in_the_namespace_is_temporary(helm: FakeHelm) -> None:
+    kube = NotGrantedYet()
+    helm.kube = kube
+    obj = provision(kube, helm)
+    kube.boot_vcluster("bob-dev", CONFIG)
+    started = parse_time(live(kube).status.last_synced_at)
+    assert started is not None
+    event = CloudEvent(
+        attributes={
+            "type": events.PROVISIONING,
+            "source": "/test",
+            "time": started,
+            "datacontenttype": "application/json",
+        },
+        data=events.ref_data(ref_of(obj)),
+    )
+
+    with pytest.raises(TemporaryError) as raised:
+        check_ready.handle(kube, helm, SETTINGS, event, ref_of(obj), now=started + timedelta(seconds=30))
+
+    assert raised.value.retry_after == access.ACCESS_RETRY_SECONDS
+    assert not isinstance(raised.value, PermanentError)
+
+
+def test_a_refusal_anywhere_else_stays_permanent() -> None:
+    class RefusesTenants(FakeKube):
+        def get_tenant(self, namespace: str, name: str) -> Tenant | None:
+            raise Forbidden(f"get tenant {namespace}/{name}: the API server refused it (403 Forbidden)")
+
+    kube = RefusesTenants()
+    obj = tenant_object("bob-dev", CS_BOB, namespace="default")
+    with pytest.raises(Forbidden):  # a rule missing from deploy/: permanent, the Tenant is Failed
+        store_kubeconfig.handle(kube, SETTINGS, ref_of(obj))
+    # and only a refusal becomes temporary inside the namespace: other permanent errors pass as they are
+    with pytest.raises(PermanentError) as raised, access.granted_at_run_time(BOB_NS):
+        raise PermanentError("the API server found it invalid (422)")
+    assert type(raised.value) is PermanentError
