@@ -364,7 +364,7 @@ def test_eventing_crds_come_apart(eventing: release.Manifests) -> None:
 
 @pytest.mark.integration
 def test_eventing_features_merged(eventing: release.Manifests, eventing_config: Path, features: dict[str, str]) -> None:
-    assert features == {"delivery-retryafter": "enabled"}
+    assert features == {"delivery-retryafter": "enabled", "authentication-oidc": "enabled"}
     (upstream,) = load(eventing_config / "core" / "configmaps" / "features.yaml")
     merged = one(eventing.objects, "ConfigMap", "config-features")["data"]
     assert merged == {**upstream["data"], **features}
