@@ -1,0 +1,262 @@
+"""Secrets are readable only where install granted it, on the test bed's real kube-apiserver.
+
+``deploy/base/rbac`` and ``deploy/base/policy`` are applied as shipped, with the Tenant CRD. The
+real ``install`` step runs as ``system:serviceaccount:kubeopera-system:tenant-install`` (a token
+from the TokenRequest API) with the real helm CLI and the test bed's chart: it makes the Tenant's
+namespace, grants the other functions their access there (``shared.access``; RBAC's escalation
+check and the install-scope policy both let it) and installs the release. Then, each with a
+token of its own ServiceAccount:
+
+- store-kubeconfig reads ``vc-<release>`` and stores the kubeconfig (its real ``handle``), and is
+  refused (403) every other Secret: another Secret of that namespace, one in ``kube-system``, one
+  in a namespace that is not a Tenant's, the vCluster Secret of a namespace install never
+  granted; a list in its own Tenant's namespace too;
+- check-ready's ``helm status`` and read of ``vc-<release>`` work there, and nowhere else;
+- cleanup uninstalls the release and deletes the namespace; the grants go with it, so a
+  namespace of the same name made again by hand grants nothing.
+
+Everything made here that did not exist before is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from functions import install, store_kubeconfig
+from shared import access
+from shared.errors import Forbidden, TemporaryError
+from shared.helm import Helm
+from shared.kube import Kube
+from shared.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.settings import Settings
+from shared.tenant import Tenant, TenantRef
+from testbed.controlplane import ControlPlane, kubeconfig_for_token, kubectl, request_token
+from testbed.registry import CHART_VERSION
+from testbed.toolchain import Toolchain
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = DEFAULT_TENANT_NAMESPACE
+MANIFESTS = [
+    REPO / "deploy" / "crd" / "tenants.yaml",
+    REPO / "deploy" / "base" / "namespace.yaml",
+    *sorted((REPO / "deploy" / "base" / "rbac").glob("tenant-*.yaml")),
+    *sorted((REPO / "deploy" / "base" / "policy").glob("*.yaml")),
+]
+FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup")
+CONFIG = b"apiVersion: v1\nkind: Config\nclusters: []\n"
+T = TypeVar("T")
+
+
+def redelivered(what: Callable[[], T], seconds: float = 20.0) -> T:
+    """``what``, asked again after a temporary error, as the broker re-delivers an event."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return what()
+        except TemporaryError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def deployed(control_plane: ControlPlane) -> Iterator[None]:
+    """The CRD, kubeopera-system, every function's RBAC and the admission policies, as shipped."""
+    created = []
+    for path in MANIFESTS:
+        names = kubectl(control_plane, "get", "-f", str(path), "-o", "name", check=False)
+        if names.returncode != 0:  # some of the file's objects are not there yet: ours to remove
+            created.append(path)
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=kubeopera-access-test", *_files(MANIFESTS))
+    kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
+    yield
+    for path in reversed(created):
+        if path.name not in ("namespace.yaml", "tenants.yaml"):  # shared with the rest of the session
+            kubectl(control_plane, "delete", "--ignore-not-found", "--wait=false", "-f", str(path), check=False)
+
+
+def _files(paths: list[Path]) -> list[str]:
+    return [arg for path in paths for arg in ("-f", str(path))]
+
+
+@pytest.fixture(scope="module")
+def identities(
+    control_plane: ControlPlane, deployed: None, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """A kubeconfig per function, with a token of its ServiceAccount (as a pod's projected token)."""
+    folder = tmp_path_factory.mktemp("identities")
+    return {
+        name: kubeconfig_for_token(
+            control_plane,
+            request_token(control_plane, NAMESPACE, name, duration="1h"),
+            folder / f"{name}.kubeconfig",
+            user=f"system:serviceaccount:{NAMESPACE}:{name}",
+        )
+        for name in FUNCTIONS
+    }
+
+
+@pytest.fixture(scope="module")
+def clients(identities: dict[str, Path]) -> Iterator[dict[str, Kube]]:
+    made = {name: Kube.connect(path, component=name.removeprefix("tenant-")) for name, path in identities.items()}
+    yield made
+    for kube in made.values():
+        kube.close()
+
+
+@pytest.fixture
+def admin(kube_admin_kubeconfig: Path) -> Iterator[k8s.CoreV1Api]:
+    api = k8s_config.new_client_from_config(config_file=str(kube_admin_kubeconfig))
+    yield k8s.CoreV1Api(api)
+    api.close()
+
+
+def helm_as(toolchain: Toolchain, chart_ref: str, kubeconfig: Path, cache: Path) -> Helm:
+    return Helm(chart_ref, CHART_VERSION, cache, executable=str(toolchain.helm), kubeconfig=kubeconfig)
+
+
+def secret(core: k8s.CoreV1Api, namespace: str, name: str, data: bytes = b"not yours") -> None:
+    encoded = {VCLUSTER_CONFIG_KEY: base64.b64encode(data).decode()}
+    body = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), data=encoded)
+    core.create_namespaced_secret(namespace, body)
+
+
+def namespace(core: k8s.CoreV1Api, name: str) -> str:
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    return name
+
+
+def refused(read: Callable[[], object]) -> str:
+    """The message of the real API server's 403 for ``read``."""
+    with pytest.raises(Forbidden) as raised:
+        read()
+    assert "403" in str(raised.value)
+    return str(raised.value)
+
+
+def test_secrets_are_readable_only_where_install_granted_it(
+    control_plane: ControlPlane,
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    clients: dict[str, Kube],
+    identities: dict[str, Path],
+    admin: k8s.CoreV1Api,
+    kube_admin_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    tenant_name = f"acc-{secrets.token_hex(3)}"
+    obj = {
+        "apiVersion": "kubeopera.io/v1alpha1",
+        "kind": "Tenant",
+        "metadata": {"name": tenant_name, "namespace": NAMESPACE},
+        "spec": {
+            "userID": str(uuid.uuid4()),
+            "tenantName": tenant_name,
+            "cloudSpaceID": str(uuid.uuid4()),
+            "quota": {"cpu": "1", "memory": "1Gi"},
+        },
+    }
+    admin_kube = Kube.connect(kube_admin_kubeconfig)
+    made = Tenant.from_object(admin_kube.create_tenant(obj))
+    names = made.spec.names
+    ref = TenantRef(NAMESPACE, tenant_name, made.uid, made.generation)
+    settings = Settings(chart_ref=chart_ref, chart_version=CHART_VERSION, tenant_namespace=NAMESPACE)
+    elsewhere = namespace(admin, f"not-a-tenant-{secrets.token_hex(3)}")
+    ungranted = namespace(admin, f"vcluster-by-hand-{secrets.token_hex(3)}")
+    try:
+        # install, as tenant-install: namespace, grants, release
+        helm_install = helm_as(toolchain, chart_ref, identities["tenant-install"], tmp_path / "charts")
+        reply = install.handle(clients["tenant-install"], helm_install, settings, ref)
+        assert reply is not None, "install did not reach Provisioning"
+        tenant = admin_kube.get_tenant(NAMESPACE, tenant_name)
+        assert tenant is not None and tenant.status.phase == "Provisioning"
+        wanted = access.namespace_grants(tenant, NAMESPACE)
+        for role in wanted.roles:
+            assert admin_kube.get_role(role.namespace, role.name) == role
+        for binding in wanted.bindings:
+            found = admin_kube.get_role_binding(binding.namespace, binding.name)
+            assert found == binding and found is not None and found.labels == binding.labels
+        assert access.grant(clients["tenant-install"], tenant, NAMESPACE) == 0, "a second run writes nothing"
+
+        # what vcluster writes, and other Secrets the functions must not read
+        secret(admin, names.namespace, names.vcluster_secret, CONFIG)
+        secret(admin, names.namespace, "something-else")
+        secret(admin, "kube-system", f"probe-{tenant_name}")
+        secret(admin, elsewhere, "probe")
+        secret(admin, ungranted, f"vc-vc-{ungranted.removeprefix('vcluster-')}")
+
+        # store-kubeconfig: its one Secret, through the Role install made, and nothing else
+        store = clients["tenant-store-kubeconfig"]
+        stored = redelivered(lambda: store_kubeconfig.handle(store, settings, ref))
+        assert stored is not None
+        copy = admin_kube.get_secret(NAMESPACE, names.kubeconfig_secret)
+        assert copy is not None and copy.data == {KUBECONFIG_KEY: CONFIG}
+        assert store.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) == CONFIG
+        refused(lambda: store.get_secret(names.namespace, "something-else"))
+        refused(lambda: store.get_secret("kube-system", f"probe-{tenant_name}"))
+        refused(lambda: store.get_secret(elsewhere, "probe"))
+        refused(lambda: store.get_secret(ungranted, f"vc-vc-{ungranted.removeprefix('vcluster-')}"))
+        listing = kubectl(
+            control_plane,
+            "get",
+            "secrets",
+            "-n",
+            names.namespace,
+            kubeconfig=identities["tenant-store-kubeconfig"],
+            check=False,
+        )
+        assert listing.returncode != 0 and "forbidden" in listing.stderr.lower()
+        # ... which its step reads as temporary in a Tenant's namespace (the grant may be on its way)
+        with pytest.raises(TemporaryError), access.granted_at_run_time(ungranted):
+            store.get_secret(ungranted, "anything")
+
+        # check-ready: helm status and vcluster's Secret in the Tenant's namespace, nowhere else
+        check = clients["tenant-check-ready"]
+        helm_check = helm_as(toolchain, chart_ref, identities["tenant-check-ready"], tmp_path / "charts")
+        release = helm_check.release(names.release, names.namespace)
+        assert release is not None and release.deployed
+        assert check.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) == CONFIG
+        refused(lambda: check.get_secret("kube-system", f"probe-{tenant_name}"))
+        refused(lambda: check.get_secret(elsewhere, "probe"))
+        refused(lambda: check.get_secret(NAMESPACE, names.kubeconfig_secret))
+
+        # cleanup: helm uninstall there, not a read elsewhere; the namespace takes the grants along
+        cleanup = clients["tenant-cleanup"]
+        refused(lambda: cleanup.get_secret("kube-system", f"probe-{tenant_name}"))
+        refused(lambda: cleanup.get_secret(elsewhere, "probe"))
+        helm_cleanup = helm_as(toolchain, chart_ref, identities["tenant-cleanup"], tmp_path / "charts")
+        assert helm_cleanup.uninstall(names.release, names.namespace) is True
+        assert helm_check.release(names.release, names.namespace) is None
+        cleanup.delete_namespace(names.namespace)
+        deadline = time.monotonic() + 60
+        while admin_kube.get_namespace(names.namespace) is not None:
+            assert time.monotonic() < deadline, f"namespace {names.namespace} was not deleted"
+            time.sleep(0.5)
+        namespace(admin, names.namespace)  # the same name again, made by hand: no grant in it
+        secret(admin, names.namespace, names.vcluster_secret, CONFIG)
+        assert admin_kube.get_role_binding(names.namespace, wanted.bindings[1].name) is None
+        refused(lambda: store.get_secret(names.namespace, names.vcluster_secret))
+    finally:
+        for name in (elsewhere, ungranted, names.namespace):
+            kubectl(control_plane, "delete", "namespace", name, "--ignore-not-found", "--wait=false", check=False)
+        kubectl(control_plane, "delete", "secret", f"probe-{tenant_name}", "-n", "kube-system", check=False)
+        kubectl(control_plane, "delete", "secret", names.kubeconfig_secret, "-n", NAMESPACE, check=False)
+        unfinalize = '{"metadata":{"finalizers":null}}'
+        kubectl(
+            control_plane, "patch", "kt", tenant_name, "-n", NAMESPACE, "--type=merge", "-p", unfinalize, check=False
+        )
+        kubectl(control_plane, "delete", "kt", tenant_name, "-n", NAMESPACE, "--wait=false", check=False)
+        admin_kube.close()
