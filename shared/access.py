@@ -1,9 +1,10 @@
 """The other functions' access to Secrets in a Tenant's namespace: granted there by install.
 
-Only install holds cluster-wide rules on Secrets (helm's release records and the chart's Secret;
+install holds cluster-wide rules on Secrets (helm's release records and the chart's Secret;
 policy/tenant-install-scope.yaml confines its writes to vcluster-*). check-ready,
-store-kubeconfig and cleanup read Secrets only in ``vcluster-{tenantName}``, which exists only
-once install made it, so install, each time it makes or finds that namespace, ensures there:
+store-kubeconfig and cleanup hold none: they read Secrets only in ``vcluster-{tenantName}``, which
+exists only once install made it, and where the Tenants live (their Roles in kubeopera-system).
+So install, each time it makes or finds that namespace, ensures there:
 
 - RoleBinding ``kubeopera-tenants:tenant-check-ready`` to ClusterRole
   ``kubeopera-tenants:tenant-check-ready:vcluster-namespace``: get, list Secrets (``helm status``
