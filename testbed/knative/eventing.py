@@ -23,6 +23,10 @@ What a cluster would provide, the test bed does, and says so:
   stand-in (:mod:`testbed.standins.kubelet`) marks it Available because its process runs;
 - names under ``.svc.cluster.local`` resolve through the service proxy
   (:mod:`testbed.standins.service_proxy`): every Knative process gets ``HTTP_PROXY`` pointing at it;
+- ``authentication-oidc`` (sender identity) is on when an :class:`~.oidc.Issuer` is given and off
+  otherwise, whatever the repository's patch says; its token verification needs the issuer's
+  discovery at the API server's loopback URL, its CA as ``SSL_CERT_FILE``, public discovery RBAC
+  and the ingress's ``mt-broker-ingress-oidc`` ServiceAccount (:mod:`.oidc`);
 - there is no admission webhook: what it would default is done by ``tools/knative-check`` before
   objects are applied (``SetDefaults`` then ``Validate``, as the webhook does), and the CRDs that
   convert versions through it convert by name instead (only the stored versions are used).
@@ -46,9 +50,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from testbed.knative import readiness
+from testbed.knative import oidc, readiness
 from testbed.knative.install import install_eventing
 from testbed.knative.names import KO, SYSTEM_NAMESPACE, host
+from testbed.knative.oidc import Issuer
 from testbed.knative.process_table import (
     DATA_PLANE,
     DISPATCHER_PORTS,
@@ -76,23 +81,34 @@ class KnativeEventing:
         supervisor: Supervisor,
         proxy: ServiceProxy,
         features_patch: Path,
+        issuer: Issuer | None = None,
     ) -> None:
         self.tools = tools
         self.kubeconfig = kubeconfig
         self.supervisor = supervisor
         self.proxy = proxy
         self.features_patch = features_patch
+        self.issuer = issuer  # authentication-oidc on, tokens verified against it; None: off
         self.ports = Ports(*(free_port() for _ in range(5)))
         self.processes: dict[str, ManagedProcess] = {}
         self._specs: dict[str, KnativeProcess] = {}
 
     def install(self) -> None:
-        """CRDs, config maps, Knative's RBAC, and the Services/Endpoints/Deployment a cluster holds."""
-        install_eventing(self.tools, self.kubeconfig, self.features_patch)
+        """CRDs, config maps, Knative's RBAC, and the Services/Endpoints/Deployment a cluster holds;
+        ``authentication-oidc`` set as :attr:`issuer` says, over the repository's patch."""
+        install_eventing(self.tools, self.kubeconfig, self.features_patch, self.features())
+
+    def features(self) -> dict[str, str]:
+        """The config-features keys the test bed sets over the repository's patch."""
+        return oidc.features(self.issuer)
+
+    @property
+    def oidc_enabled(self) -> bool:
+        return self.issuer is not None
 
     def pod_environment(self) -> dict[str, str]:
         """What every Knative pod gets: its namespace, config map names, the cluster's DNS (the proxy)."""
-        return pod_environment(self.kubeconfig, self.proxy.url)
+        return pod_environment(self.kubeconfig, self.proxy.url, self.issuer.ca_file if self.issuer else None)
 
     # ------------------------------------------------------------------ processes
     def start(self) -> None:
@@ -153,10 +169,16 @@ class KnativeEventing:
 
 @contextlib.contextmanager
 def start_eventing(
-    tools: Toolchain, kubeconfig: Path, supervisor: Supervisor, proxy: ServiceProxy, features_patch: Path
+    tools: Toolchain,
+    kubeconfig: Path,
+    supervisor: Supervisor,
+    proxy: ServiceProxy,
+    features_patch: Path,
+    issuer: Issuer | None = None,
 ) -> Iterator[KnativeEventing]:
-    """Install and start Knative Eventing; stop its processes when the block ends."""
-    eventing = KnativeEventing(tools, kubeconfig, supervisor, proxy, features_patch)
+    """Install and start Knative Eventing; stop its processes when the block ends. With ``issuer``,
+    ``authentication-oidc`` is on (:mod:`.oidc`); without, it is off whatever the patch says."""
+    eventing = KnativeEventing(tools, kubeconfig, supervisor, proxy, features_patch, issuer)
     eventing.install()
     try:
         eventing.start()

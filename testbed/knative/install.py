@@ -1,6 +1,7 @@
 """Knative Eventing's objects in the API server, before any of its processes starts: its CRDs,
-config maps (``config-features`` merge-patched with the repository's patch), its own RBAC, and
-the Services, Endpoints and Deployments a cluster would hold for its pods.
+config maps (``config-features`` merge-patched with the repository's patch, then with the test
+bed's own keys: :mod:`.oidc`), its own RBAC, and the Services, Endpoints and Deployments a cluster
+would hold for its pods; with ``authentication-oidc`` on, what that needs (:func:`.oidc.install_prerequisites`).
 
 All come from the module's own ``config/`` folder, copied by the toolchain, except the Endpoints:
 only pods would fill them, so they are written by hand with one TEST-NET address (192.0.2.10,
@@ -11,12 +12,14 @@ run here) convert by name instead.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from testbed.knative import oidc
 from testbed.knative.kubectl import kubectl
 from testbed.knative.names import SYSTEM_NAMESPACE
 from testbed.processes import ProcessError
@@ -25,8 +28,11 @@ from testbed.toolchain import Toolchain
 PLACEHOLDER_ENDPOINT = "192.0.2.10"  # TEST-NET-1: never dialled, only makes Endpoints "available"
 
 
-def install_eventing(tools: Toolchain, kubeconfig: Path, features_patch: Path) -> None:
-    """CRDs, config maps, Knative's RBAC, and the Services/Endpoints/Deployment a cluster holds."""
+def install_eventing(
+    tools: Toolchain, kubeconfig: Path, features_patch: Path, features: Mapping[str, str] | None = None
+) -> None:
+    """CRDs, config maps, Knative's RBAC, and the Services/Endpoints/Deployment a cluster holds.
+    ``features`` are config-features keys merged over ``features_patch`` (the test bed's own)."""
 
     def apply(docs: Sequence[Mapping[str, Any]], *, server_side: bool = False) -> None:
         args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
@@ -61,6 +67,11 @@ def install_eventing(tools: Toolchain, kubeconfig: Path, features_patch: Path) -
         "--type=merge",
         f"--patch-file={features_patch}",
     )
+    if features:
+        patch = ["--type=merge", "-p", json.dumps({"data": dict(features)})]
+        kubectl(tools, kubeconfig, "patch", "configmap", "config-features", "-n", SYSTEM_NAMESPACE, *patch)
+        if features.get(oidc.FEATURE) == "enabled":
+            oidc.install_prerequisites(tools, kubeconfig)
 
     # Knative's own identities and roles: the adapters the kubelet stand-in runs use them.
     rbac = [doc for path in _files(core, "200-*.yaml") for doc in _docs(path)]

@@ -40,9 +40,11 @@ class KnativeProcess:
     probe: Probe
 
 
-def pod_environment(kubeconfig: Path, proxy_url: str) -> dict[str, str]:
-    """What every Knative pod gets: its namespace, config map names, the cluster's DNS (the proxy)."""
-    return {
+def pod_environment(kubeconfig: Path, proxy_url: str, ca_file: Path | None = None) -> dict[str, str]:
+    """What every Knative pod gets: its namespace, config map names, the cluster's DNS (the proxy);
+    with ``ca_file``, the test bed's CA as the trusted roots (``SSL_CERT_FILE``), which Knative's
+    OIDC token verifier needs to fetch the issuer's keys from the API server (:mod:`.oidc`)."""
+    env = {
         "KUBECONFIG": str(kubeconfig),
         "SYSTEM_NAMESPACE": SYSTEM_NAMESPACE,
         "CONFIG_LOGGING_NAME": "config-logging",
@@ -52,6 +54,9 @@ def pod_environment(kubeconfig: Path, proxy_url: str) -> dict[str, str]:
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }
+    if ca_file is not None:
+        env["SSL_CERT_FILE"] = str(ca_file)
+    return env
 
 
 def process_table(ports: Ports) -> list[KnativeProcess]:
