@@ -2,7 +2,8 @@
 image's command under gunicorn, the settings the ConfigMap gives, a token of its own ServiceAccount,
 the cluster network through the service proxy, and ``K_SINK`` = the Broker's address (what the
 SinkBinding in ``eventing/`` injects into tenant-resync; its reconciler lives in Knative's webhook,
-which does not run here)."""
+which does not run here), with ``SINK_TOKEN_FILE`` where the SinkBinding would mount its token; and
+who may deliver to it (``SENDER_IDENTITY``, ``SENDER_AUDIENCE``, ``SENDER_SUBJECTS``: :mod:`.senders`)."""
 
 from __future__ import annotations
 
@@ -43,14 +44,21 @@ def function_specs(
     api_url: str,
     proxy: ServiceProxy,
     broker_address: str,
+    sender_env: Mapping[str, Mapping[str, str]],
+    sink_tokens: Mapping[str, Path],
 ) -> dict[str, ProcessSpec]:
-    """Knative Service name -> its process, each on a free port of its own."""
+    """Knative Service name -> its process, each on a free port of its own. ``sender_env`` is each
+    one's SENDER_* settings, ``sink_tokens`` the token file of those a SinkBinding binds."""
     specs: dict[str, ProcessSpec] = {}
     for service, module in functions.items():
         port = free_port()
         env = _function_env(options, tools, run_dir, service, chart_ref, api_url, port, kubeconfigs[service])
         env.update(_cluster_network(proxy))
         env["K_SINK"] = broker_address  # what the SinkBinding in eventing/ injects into tenant-resync
+        if service in sink_tokens:
+            env["SINK_TOKEN_FILE"] = str(sink_tokens[service])  # where the SinkBinding mounts /oidc/token
+        env.update(sender_env.get(service, {}))
+        env.update(options.function_env)  # the caller's word is last
         specs[service] = ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir)
     return specs
 
@@ -121,5 +129,4 @@ def _function_env(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    env.update(options.function_env)
     return env

@@ -4,7 +4,9 @@ with its delivery).
 
 What is applied is ``deploy/base`` as kustomize builds it, each Knative object as Knative's webhook
 would store it: ``tools/knative-check`` runs ``SetDefaults`` then ``Validate`` with the cluster's
-eventing feature flags and Broker defaults (the webhook does not run here).
+eventing feature flags and Broker defaults (the webhook does not run here). Sender identity adds
+to it (:mod:`.senders`): an audience for every Trigger's subscriber and dead-letter sink that has
+none, or, with the feature off, no EventPolicy.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import yaml
 from shared.naming import DEFAULT_TENANT_NAMESPACE
 from testbed.knative.broker_watch import Route
 from testbed.knative.kubectl import kubectl
+from testbed.knative.names import SYSTEM_NAMESPACE
+from testbed.local import senders
 from testbed.local.errors import StackError
 from testbed.local.project import project_path
 from testbed.processes import run
@@ -33,17 +37,34 @@ SOURCE = "tenant-source"  # the ApiServerSource in eventing/, and its ServiceAcc
 _APP_ARGUMENT = re.compile(r"functions\.(?P<module>\w+):create_app\(\)")
 
 
-def admitted_manifests(tools: Toolchain, run_dir: Path) -> Path:
-    """``deploy/base`` as kustomize builds it, each Knative object as Knative's webhook would store it
-    (``tools/knative-check``: ``SetDefaults`` then ``Validate``, with the cluster's eventing feature
-    flags and Broker defaults); written to a file under ``run_dir``, whose path is returned."""
+def admitted_manifests(tools: Toolchain, run_dir: Path, features: Mapping[str, str], sender_identity: bool) -> Path:
+    """``deploy/base`` as kustomize builds it, with sender identity's additions (:mod:`.senders`),
+    each Knative object as Knative's webhook would store it (``tools/knative-check``: ``SetDefaults``
+    then ``Validate``, with the cluster's eventing feature flags, ``features`` over the repository's
+    patch, and Broker defaults); written to a file under ``run_dir``, whose path is returned."""
     built = kubectl(tools, Path(os.devnull), "kustomize", str(project_path("deploy", "base")))
+    docs = [doc for doc in yaml.safe_load_all(built) if doc]
+    docs = senders.with_audiences(docs) if sender_identity else senders.without_event_policies(docs)
     emitted = run_dir / "deploy-base.checked.yaml"
+    testbed_features = run_dir / "config-features.testbed.yaml"
+    testbed_features.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "config-features", "namespace": SYSTEM_NAMESPACE},
+                "data": dict(features),
+            }
+        )
+    )
     cluster_config = [
         tools.knative_config / "eventing" / "core" / "configmaps" / "default-broker.yaml",
         project_path("eventing", "config-features-patch.yaml"),
+        testbed_features,
     ]
-    checked = run([knative_check(), "--emit", emitted, *cluster_config, "-"], input=built, check=False)
+    checked = run(
+        [knative_check(), "--emit", emitted, *cluster_config, "-"], input=yaml.safe_dump_all(docs), check=False
+    )
     if checked.returncode != 0:
         raise StackError(f"Knative's validation refused deploy/base:\n{checked.stdout}{checked.stderr}")
     ours = [

@@ -21,6 +21,9 @@ class StackOptions:
     provision_timeout_seconds: int = 600
     run_dir: Path | None = None
     log_level: str = "INFO"
+    # Knative Eventing's authentication-oidc: the broker sends each delivery with a token of the
+    # Trigger's identity and each function checks it (SENDER_*); off: no tokens, SENDER_IDENTITY=off.
+    sender_identity: bool = True
     # More environment for every function's process, over the stack's own (OTEL_* to trace,
     # GUNICORN_WORKERS, ...): what a Service's env or the ConfigMap would add.
     function_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

@@ -8,22 +8,28 @@ end-to-end tests and the benchmarks run.
 2. the service proxy, the stand-in for cluster DNS and kube-proxy (``*.svc.cluster.local`` → the
    local port that serves it), and Knative Eventing v0.48.0: its controllers and its broker's data
    plane (ingress, filter, in-memory channel), upstream binaries as host processes
-   (:mod:`testbed.knative.eventing`), with ``eventing/config-features-patch.yaml`` applied;
+   (:mod:`testbed.knative.eventing`), with ``eventing/config-features-patch.yaml`` applied and
+   ``authentication-oidc`` on (off with ``StackOptions(sender_identity=False)``): every hop of an
+   event carries a token of its sender's identity (:mod:`testbed.knative.oidc`);
 3. the kubelet stand-in, which runs the Deployments Knative's controllers make for the sources
    (the ApiServerSource's adapter, the PingSource's ``mtping``) as host processes, with exactly
    the environment and ServiceAccount the controller wrote into them (:mod:`.kubelet_images`);
 4. ``deploy/crd``, then ``deploy/base`` as kustomize builds it (RBAC, admission policies, the
    Knative Services, and all of ``eventing/``: Broker, Triggers, ApiServerSource, PingSource,
    SinkBinding), unchanged, after ``tools/knative-check`` did what Knative's webhook would do
-   (``SetDefaults`` then ``Validate``) (:mod:`.manifests`);
+   (``SetDefaults`` then ``Validate``) (:mod:`.manifests`), with an audience for every Trigger's
+   subscriber and dead-letter sink that has none (:mod:`.senders`);
 5. the kubeopera-api stand-in, unless ``kubeopera_api_url`` is given;
 6. each function of a Knative Service in ``deploy/base`` under gunicorn with the container image's
    own command and a token of its own ServiceAccount (:mod:`.function_processes`,
-   :mod:`.identities`), and the Knative Serving stand-in, which marks each Knative Service Ready at
-   its cluster address and routes that address to the function's port; Knative Eventing then
-   resolves the Triggers' subscribers by itself. tenant-resync gets ``K_SINK`` = the Broker's
-   address, what the SinkBinding would inject (its reconciler lives in Knative's webhook, which
-   does not run here);
+   :mod:`.identities`), told who may deliver to it (``SENDER_IDENTITY``, ``SENDER_AUDIENCE``,
+   ``SENDER_SUBJECTS``: :mod:`.senders`), and the Knative Serving stand-in, which marks each
+   Knative Service Ready at its cluster address and routes that address to the function's port;
+   Knative Eventing then resolves the Triggers' subscribers by itself. tenant-resync gets
+   ``K_SINK`` = the Broker's address and, with sender identity, ``SINK_TOKEN_FILE``, what the
+   SinkBinding would give it (its reconciler lives in Knative's webhook, which does not run here;
+   :func:`.senders.bind_sink_identity` publishes its identity); once the Triggers are Ready, their
+   published identities and audiences are checked against what the functions were told;
 7. the vCluster stand-in;
 8. one resync tick at start (:meth:`Stack.tick`), so a Tenant created while nothing ran is picked
    up; the PingSource's own schedule (every 5 minutes) is run by the real ``mtping``.
@@ -35,6 +41,7 @@ namespace: Knative's channel dispatcher takes the fixed ports 8080 and 8443.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -42,14 +49,17 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
 import yaml
 
 from testbed import controlplane as cp_mod
+from testbed.knative import oidc
 from testbed.knative.broker_watch import BrokerWatch
 from testbed.knative.eventing import KnativeEventing, host, start_eventing
 from testbed.knative.kubectl import kubectl
+from testbed.local import senders
 from testbed.local.errors import StackError
 from testbed.local.function_processes import function_specs, port_of, start_functions, start_replica, url_of
 from testbed.local.identities import Identities
@@ -70,6 +80,8 @@ from testbed.toolchain import Toolchain, ensure_all
 __all__ = ["TENANT_NAMESPACE", "Stack", "StackError", "StackOptions", "project_path", "routes", "start_stack"]
 
 ADAPTER_DEPLOYMENT_PREFIX = f"apiserversource-{SOURCE}-"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,8 @@ class Stack:
     supervisor: Supervisor
     control_plane: cp_mod.ControlPlane
     function_specs: Mapping[str, ProcessSpec] = field(default_factory=dict)
+    # Who may deliver to each function; SENDER_IDENTITY=off everywhere without authentication-oidc.
+    sender_plan: senders.Plan | None = None
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         """kubectl as admin; raises ``ProcessError`` with kubectl's stderr if it fails."""
@@ -106,9 +120,38 @@ class Stack:
         """The Broker's ingress on its local port."""
         return self.eventing.ingress_url(TENANT_NAMESPACE, BROKER)
 
+    @property
+    def sender_identity(self) -> bool:
+        """Knative Eventing's authentication-oidc is on: the Broker admits only senders with a token."""
+        return self.eventing.oidc_enabled
+
+    def sender_authorization(self, service_account: str) -> dict[str, str]:
+        """The ``Authorization`` header a sender with this identity (a ServiceAccount of the Tenant
+        namespace) sends to the Broker: a token for the Broker's audience; ``{}`` without
+        authentication-oidc. Whether the Broker admits it is its EventPolicy's say."""
+        if not self.sender_identity:
+            return {}
+        audience = senders.broker_audience(TENANT_NAMESPACE, BROKER)
+        token = cp_mod.request_token(self.control_plane, TENANT_NAMESPACE, service_account, audiences=[audience])
+        return {"Authorization": f"Bearer {token}"}
+
+    def source_identity(self, kind: str, name: str) -> str:
+        """The OIDC identity Knative published for a source or Trigger (``status.auth``)."""
+        found = self.kubectl(
+            "get", kind, name, "-n", TENANT_NAMESPACE, "-o", "jsonpath={.status.auth.serviceAccountName}"
+        )
+        if not found:
+            raise StackError(f"{kind} {name} publishes no OIDC identity (status.auth)")
+        return found
+
     def tick(self) -> None:
-        """Send the resync PingSource's event to the Broker now, as its schedule would."""
-        headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
+        """Send the resync PingSource's event to the Broker now, as its schedule would (with the
+        PingSource's identity, as ``mtping`` sends it)."""
+        path = project_path("eventing", "resync-pingsource.yaml")
+        headers, body = ping_event(path)
+        if self.sender_identity:
+            pingsource = yaml.safe_load(path.read_text())["metadata"]["name"]
+            headers |= self.sender_authorization(self.source_identity("pingsource", pingsource))
         session = requests.Session()
         session.trust_env = False
         session.post(self.ingress_url, headers=headers, data=body, timeout=10).raise_for_status()
@@ -156,8 +199,9 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             chart_ref = push_chart(tools, registry.url, CHART_DIR, run_dir)
 
             proxy = stack.enter_context(ServiceProxy())
+            issuer = oidc.Issuer(control_plane.url, control_plane.ca_file) if options.sender_identity else None
             eventing = stack.enter_context(
-                start_eventing(tools, admin, sup, proxy, project_path("eventing", "config-features-patch.yaml"))
+                start_eventing(tools, admin, sup, proxy, project_path("eventing", "config-features-patch.yaml"), issuer)
             )
             identities = Identities(control_plane, run_dir / "identities")
             kubelet = KubeletStandIn(
@@ -172,10 +216,15 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
 
             kubectl(tools, admin, "apply", "-f", str(project_path("deploy", "crd")))
             kubectl(tools, admin, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
-            admitted = admitted_manifests(tools, run_dir)
+            admitted = admitted_manifests(tools, run_dir, eventing.features(), options.sender_identity)
             manifests = [doc for doc in yaml.safe_load_all(admitted.read_text()) if doc]
             functions = function_modules(manifests)
-            kubectl(tools, admin, "apply", "-f", str(admitted))
+            sender_plan = senders.plan(manifests, TENANT_NAMESPACE, BROKER, functions, options.sender_identity)
+            senders.check_declared(manifests, sender_plan)
+            # An EventPolicy admitting the Triggers by ref waits for them (senders.waits_for_triggers).
+            later = [doc for doc in manifests if senders.waits_for_triggers(doc)]
+            now = [doc for doc in manifests if not senders.waits_for_triggers(doc)]
+            kubectl(tools, admin, "apply", "-f", "-", input=yaml.safe_dump_all(now))
             # The Broker's address, known before it is Ready: its delivery's dead-letter sink is a
             # function, so the Broker becomes Ready only once the functions are served.
             broker_address = f"http://{host('broker-ingress')}/{TENANT_NAMESPACE}/{BROKER}"
@@ -187,8 +236,25 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 api = stack.enter_context(ApiStandIn())
                 api_url = api.url
 
+            broker_audience = senders.broker_audience(TENANT_NAMESPACE, BROKER) if options.sender_identity else None
+            sink_tokens: dict[str, Path] = {}  # each SinkBinding's token for the Broker (sender identity)
+            if broker_audience is not None:
+                for subject, binding in _sink_bindings(manifests, functions).items():
+                    sink_tokens[subject] = senders.bind_sink_identity(
+                        tools, control_plane, binding, broker_audience, run_dir / "identities"
+                    )
             specs = function_specs(
-                options, tools, run_dir, functions, kubeconfigs, chart_ref, api_url, proxy, broker_address
+                options,
+                tools,
+                run_dir,
+                functions,
+                kubeconfigs,
+                chart_ref,
+                api_url,
+                proxy,
+                broker_address,
+                sender_plan.env,
+                sink_tokens,
             )
             start_functions(sup, specs)
             serving_standin.publish(
@@ -197,9 +263,25 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             broker = eventing.wait_ready(TENANT_NAMESPACE, "broker", BROKER)
             if broker["status"]["address"]["url"] != broker_address:
                 raise StackError(f"the Broker's address is {broker['status']['address']['url']}, not {broker_address}")
+            if (published := broker["status"]["address"].get("audience")) != broker_audience:
+                raise StackError(f"the Broker's audience is {published}, not {broker_audience}")
+            triggers = {}
             for doc in manifests:
                 if doc["kind"] in ("Trigger", "ApiServerSource", "PingSource"):
-                    eventing.wait_ready(TENANT_NAMESPACE, doc["kind"].lower(), doc["metadata"]["name"])
+                    ready = eventing.wait_ready(TENANT_NAMESPACE, doc["kind"].lower(), doc["metadata"]["name"])
+                    if doc["kind"] == "Trigger":
+                        triggers[doc["metadata"]["name"]] = ready
+            senders.check_published(triggers, sender_plan)
+            if later:
+                log.warning(
+                    "EventPolicies %s admit Triggers by ref: applied only now that the Triggers are Ready "
+                    "(with them, the Broker would never be Ready: testbed.local.senders.waits_for_triggers)",
+                    [doc["metadata"]["name"] for doc in later],
+                )
+                kubectl(tools, admin, "apply", "-f", "-", input=yaml.safe_dump_all(later))
+                for doc in later:
+                    eventing.wait_ready(TENANT_NAMESPACE, "eventpolicy", doc["metadata"]["name"])
+                eventing.wait_ready(TENANT_NAMESPACE, "broker", BROKER)
 
             sup.start(_vcluster_standin(admin, options))
             result = Stack(
@@ -220,6 +302,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 supervisor=sup,
                 control_plane=control_plane,
                 function_specs=specs,
+                sender_plan=sender_plan,
             )
             result.adapter()  # its watch is established: from now on every Tenant change is sent
             if options.resync_at_start:
@@ -228,6 +311,18 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
     finally:
         if owns_run_dir and not os.environ.get("KUBEOPERA_KEEP_RUN_DIR"):
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _sink_bindings(manifests: list[dict[str, Any]], functions: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Knative Service -> the SinkBinding that binds it to our Broker."""
+    found = {}
+    for doc in manifests:
+        if doc["kind"] != "SinkBinding":
+            continue
+        subject, sink = doc["spec"]["subject"], (doc["spec"].get("sink") or {}).get("ref") or {}
+        if subject.get("kind") == "Service" and subject.get("name") in functions and sink.get("name") == BROKER:
+            found[subject["name"]] = doc
+    return found
 
 
 def _vcluster_standin(admin: Path, options: StackOptions) -> ProcessSpec:
