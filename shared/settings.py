@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from shared.errors import ConfigError
@@ -81,7 +82,6 @@ class Settings:
         namespace = get("TENANT_NAMESPACE", defaults.tenant_namespace)
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
             raise ConfigError(f"TENANT_NAMESPACE must be a namespace name, got {namespace!r}")
-        audience, subjects = _senders(env)
         return cls(
             kubeopera_api_base_url=base_url,
             internal_service_token=env.get("INTERNAL_SERVICE_TOKEN", "").strip(),
@@ -103,20 +103,19 @@ class Settings:
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
             sink_url=get("K_SINK", defaults.sink_url),
             sink_token_file=Path(get("SINK_TOKEN_FILE", str(defaults.sink_token_file))),
-            sender_audience=audience,
-            sender_subjects=subjects,
+            **_senders(env),
         )
 
 
-_SENDER_IDENTITY_DEFAULT = "off"  # TODO(issue 14): "oidc" once the test bed's broker sends tokens
+_SENDER_IDENTITY_DEFAULT = "oidc"  # on unless SENDER_IDENTITY=off says otherwise
 _SUBJECT = re.compile(r"^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
 
 
-def _senders(env: Mapping[str, str]) -> tuple[str, frozenset[str]]:
-    """(audience, allowed subjects) of SENDER_IDENTITY=oidc (the default), ("", {}) for off."""
+def _senders(env: Mapping[str, str]) -> dict[str, Any]:
+    """The sender_* settings of SENDER_IDENTITY=oidc (the default); none for off."""
     mode = env.get("SENDER_IDENTITY", "").strip().lower() or _SENDER_IDENTITY_DEFAULT
     if mode == "off":
-        return "", frozenset()
+        return {}
     if mode != "oidc":
         raise ConfigError(f"SENDER_IDENTITY must be oidc or off, got {mode!r}")
     audience = env.get("SENDER_AUDIENCE", "").strip()
@@ -130,7 +129,7 @@ def _senders(env: Mapping[str, str]) -> tuple[str, frozenset[str]]:
     for subject in subjects:
         if not _SUBJECT.match(subject):
             raise ConfigError(f"SENDER_SUBJECTS: {subject!r} is not system:serviceaccount:<namespace>:<name>")
-    return audience, subjects
+    return {"sender_audience": audience, "sender_subjects": subjects}
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:

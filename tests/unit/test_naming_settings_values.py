@@ -46,13 +46,21 @@ def test_cloud_space_id_must_be_a_uuid() -> None:
         TenantNames.of("alice", "not-a-uuid")
 
 
+# Sender identity is on by default and needs these two (tests/unit/test_senders.py).
+SENDERS = {
+    "SENDER_AUDIENCE": "tenant-install",
+    "SENDER_SUBJECTS": "system:serviceaccount:kubeopera-system:tenant-install-oidc-eventing.knative.dev-trigger",
+}
+
+
 def test_settings_defaults_are_the_original_operators() -> None:
-    s = Settings.from_env({})
+    s = Settings.from_env(SENDERS)
     assert s.kubeopera_api_base_url == "http://kubeopera-api:8080"
     assert s.internal_service_token == ""
     assert s.environment == "development"
     assert (s.chart_ref, s.chart_version) == ("oci://ghcr.io/loft-sh/charts/vcluster", "0.21.2")
     assert s.tenant_namespace == "kubeopera-system"
+    assert s.verify_senders
 
 
 def test_settings_read_the_environment() -> None:
@@ -66,6 +74,7 @@ def test_settings_read_the_environment() -> None:
             "PROVISION_TIMEOUT_SECONDS": "900",
             "CHART_CACHE_DIR": "/var/cache/charts",
         }
+        | SENDERS
     )
     assert s.kubeopera_api_base_url == "https://api.example:9443"
     assert s.environment == "production"
@@ -91,7 +100,7 @@ def test_settings_read_the_environment() -> None:
 )
 def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        Settings.from_env({name: value})
+        Settings.from_env({name: value} | SENDERS)
 
 
 def test_values_are_the_original_defaults_with_quota_as_requests_and_limits() -> None:
