@@ -135,6 +135,17 @@ class Stack:
         token = cp_mod.request_token(self.control_plane, TENANT_NAMESPACE, service_account, audiences=[audience])
         return {"Authorization": f"Bearer {token}"}
 
+    def delivery_authorization(self, service: str) -> dict[str, str]:
+        """The ``Authorization`` header the broker's filter sends to a function: a token of a Trigger
+        identity allowed to deliver to it (its first ``SENDER_SUBJECTS``), for its ``SENDER_AUDIENCE``;
+        ``{}`` without sender identity. For posting to a function directly, as the broker would."""
+        env = (self.sender_plan.env if self.sender_plan else {}).get(service, {})
+        if env.get("SENDER_IDENTITY") != "oidc":
+            return {}
+        namespace, account = env["SENDER_SUBJECTS"].split(",")[0].removeprefix("system:serviceaccount:").split(":")
+        token = cp_mod.request_token(self.control_plane, namespace, account, audiences=[env["SENDER_AUDIENCE"]])
+        return {"Authorization": f"Bearer {token}"}
+
     def source_identity(self, kind: str, name: str) -> str:
         """The OIDC identity Knative published for a source or Trigger (``status.auth``)."""
         found = self.kubectl(
