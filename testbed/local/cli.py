@@ -56,6 +56,12 @@ def add_arguments(local: argparse.ArgumentParser) -> None:
         metavar="N",
         help="how long the vCluster stand-in takes to write its Secret (default 20)",
     )
+    local.add_argument(
+        "--no-sender-identity",
+        action="store_true",
+        help="without Knative Eventing's authentication-oidc: the broker sends no tokens and every function runs "
+        "with SENDER_IDENTITY=off (as on a cluster without the feature)",
+    )
     local.set_defaults(run=run)
 
 
@@ -83,13 +89,20 @@ def run(args: argparse.Namespace) -> int:
             create_example=not args.no_example,
             vcluster_boot_seconds=args.vcluster_boot_seconds,
             trace=args.trace,
+            sender_identity=not args.no_sender_identity,
         )
     )
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
     unsupported = [
-        flag for flag, given in (("--kubeopera-api-url", args.kubeopera_api_url), ("--trace", args.trace)) if given
+        flag
+        for flag, given in (
+            ("--kubeopera-api-url", args.kubeopera_api_url),
+            ("--trace", args.trace),
+            ("--no-sender-identity", args.no_sender_identity),
+        )
+        if given
     ]
     if unsupported:
         print(f"local --cluster: {' and '.join(unsupported)} not supported on the cluster tier yet", file=sys.stderr)

@@ -58,6 +58,7 @@ class LocalOptions:
     create_example: bool = True
     vcluster_boot_seconds: float = 20.0
     trace: bool = False  # start Jaeger, trace the functions into it, print each Ready Tenant's trace
+    sender_identity: bool = True  # Knative's authentication-oidc: the broker sends tokens, functions check them
 
 
 @dataclass
@@ -88,6 +89,7 @@ def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
         kubeopera_api_url=options.kubeopera_api_url,
         api_token=os.environ.get("INTERNAL_SERVICE_TOKEN", ""),
         vcluster_boot_seconds=options.vcluster_boot_seconds,
+        sender_identity=options.sender_identity,
     )
     try:
         with contextlib.ExitStack() as running:
