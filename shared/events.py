@@ -8,6 +8,7 @@ events carry the whole Tenant object; our own carry ``{namespace, name, uid, gen
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -39,6 +40,12 @@ SOURCE_PREFIX: Final = "/kubeopera/tenants/"
 
 _FORMAT = JSONFormat()
 
+# What Kubernetes accepts as a namespace and as an object's name; a reference to anything else
+# names no object, and must not reach a URL or a selector.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_UID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
 
 def parse(headers: Mapping[str, str], body: bytes) -> BaseCloudEvent:
     """A CloudEvent from an HTTP request, binary or structured; ``BadEvent`` says why not."""
@@ -51,6 +58,8 @@ def parse(headers: Mapping[str, str], body: bytes) -> BaseCloudEvent:
         return ce_http.from_http(ce_http.HTTPMessage(headers=lowered, body=body), _FORMAT, CloudEvent)
     except (BaseCloudEventException, ValueError, TypeError, KeyError) as err:
         raise BadEvent(f"malformed CloudEvent: {type(err).__name__}: {err}") from None
+    except RecursionError:  # JSON nested deeper than the decoder goes
+        raise BadEvent("malformed CloudEvent: its JSON is nested too deeply") from None
 
 
 def tenant_ref(event: BaseCloudEvent) -> TenantRef:
@@ -74,6 +83,10 @@ def tenant_ref(event: BaseCloudEvent) -> TenantRef:
         raise BadEvent(f"event data lacks {missing.args[0]!r}") from None
     if not all(isinstance(v, str) and v for v in (namespace, name, uid)):
         raise BadEvent("event data: namespace, name and uid must be non-empty strings")
+    if not (_DNS_LABEL.fullmatch(namespace) and _DNS_SUBDOMAIN.fullmatch(name) and len(name) <= 253):
+        raise BadEvent("event data: namespace must be a DNS label and name a DNS subdomain, as Kubernetes names are")
+    if not _UID.fullmatch(uid):
+        raise BadEvent("event data: uid must be up to 128 letters, digits, '-', '.', '_' or ':'")
     if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
         raise BadEvent("event data: generation must be a whole number")
     return TenantRef(namespace=namespace, name=name, uid=uid, generation=generation)

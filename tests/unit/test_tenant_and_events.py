@@ -147,12 +147,28 @@ def test_own_events_follow_the_contract_and_round_trip() -> None:
     }
 
 
+BINARY_JSON = {
+    "ce-specversion": "1.0",
+    "ce-id": "1",
+    "ce-source": "/x",
+    "ce-type": "x",
+    "content-type": "application/json",
+}
+DEEP = b"[" * 100_000 + b"]" * 100_000  # deeper than Python's JSON decoder goes
+
+
 @pytest.mark.parametrize(
     ("headers", "body", "message"),
     [
         ({"content-type": "application/json"}, b'{"a": 1}', "not a CloudEvent"),
         ({"ce-specversion": "1.0", "ce-type": "x"}, b"{}", "malformed"),
         ({"content-type": "application/cloudevents+json"}, b"garbage", "malformed"),
+        (BINARY_JSON, DEEP, "nested too deeply"),
+        (
+            {"content-type": "application/cloudevents+json"},
+            b'{"specversion": "1.0", "id": "1", "source": "/x", "type": "x", "data": ' + DEEP + b"}",
+            "nested too deeply",
+        ),
     ],
 )
 def test_garbage_is_a_bad_event(headers: dict[str, str], body: bytes, message: str) -> None:
@@ -166,12 +182,28 @@ def test_garbage_is_a_bad_event(headers: dict[str, str], body: bytes, message: s
         {"namespace": "ns", "name": "n"},
         {"namespace": "ns", "name": "", "uid": "u"},
         {"namespace": "ns", "name": "n", "uid": "u", "generation": "3"},
+        # names no Kubernetes object can have must not reach a URL or a selector
+        {"namespace": "\ud800", "name": "n", "uid": "u", "generation": 1},
+        {"namespace": "ns", "name": "../../secrets/x", "uid": "u", "generation": 1},
+        {"namespace": "ns/x", "name": "n", "uid": "u", "generation": 1},
+        {"namespace": "NS", "name": "n", "uid": "u", "generation": 1},
+        {"namespace": "n" * 64, "name": "n", "uid": "u", "generation": 1},
+        {"namespace": "ns", "name": "n" * 254, "uid": "u", "generation": 1},
+        {"namespace": "ns", "name": "n", "uid": "u,kubeopera.io/owner-uid!=x", "generation": 1},
+        {"namespace": "ns", "name": "n", "uid": "u" * 129, "generation": 1},
     ],
 )
 def test_event_data_without_a_tenant_ref_is_bad(data: dict[str, Any]) -> None:
     headers, body = binary(events.PROVISIONING, data)
     with pytest.raises(BadEvent):
         events.tenant_ref(events.parse(headers, body))
+
+
+def test_the_longest_names_kubernetes_allows_are_a_tenant_ref() -> None:
+    data = {"namespace": "n" * 63, "name": ".".join(["a" * 63] * 3) + ".b", "uid": "u" * 128, "generation": 2**63}
+    headers, body = binary(events.PROVISIONING, data)
+    ref = events.tenant_ref(events.parse(headers, body))
+    assert (ref.namespace, ref.name, ref.uid) == (data["namespace"], data["name"], data["uid"])
 
 
 def test_apiserver_event_about_another_kind_is_bad() -> None:
