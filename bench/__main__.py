@@ -94,6 +94,8 @@ def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
 
     kube = Kube.connect(stack.admin_kubeconfig)
 
+    install_sender = stack.delivery_authorization("tenant-install")  # as the broker's filter sends it
+
     def install_function() -> None:
         name = f"bench-fn-{next(counter)}"
         obj = kube.create_tenant(tenant(name))
@@ -105,7 +107,8 @@ def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
                 "ce-source": "/bench",
                 "ce-type": "dev.knative.apiserver.resource.add",
                 "content-type": "application/json",
-            },
+            }
+            | install_sender,
             data=json.dumps(obj),
             timeout=120,
         )

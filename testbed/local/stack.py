@@ -155,11 +155,12 @@ class Stack:
             raise StackError(f"{kind} {name} publishes no OIDC identity (status.auth)")
         return found
 
-    def tick(self) -> None:
+    def tick(self, extra_headers: Mapping[str, str] | None = None) -> None:
         """Send the resync PingSource's event to the Broker now, as its schedule would (with the
-        PingSource's identity, as ``mtping`` sends it)."""
+        PingSource's identity, as ``mtping`` sends it), with ``extra_headers`` (a ``traceparent``)."""
         path = project_path("eventing", "resync-pingsource.yaml")
         headers, body = ping_event(path)
+        headers |= extra_headers or {}
         if self.sender_identity:
             pingsource = yaml.safe_load(path.read_text())["metadata"]["name"]
             headers |= self.sender_authorization(self.source_identity("pingsource", pingsource))

@@ -246,7 +246,7 @@ def test_duplicate_concurrent_deliveries_to_two_install_processes(
         "ce-type": "dev.knative.apiserver.resource.add",
         "ce-kind": "Tenant",
         "content-type": "application/json",
-    }
+    } | pipeline.delivery_authorization("tenant-install")  # the replica is told the same senders
     answers: list[int] = []
     barrier = threading.Barrier(2)
 

@@ -379,6 +379,40 @@ def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
     assert unused_rules(pipeline.control_plane.audit_log, services) == {}
 
 
+def test_secrets_are_read_only_in_tenant_namespaces_and_never_refused_there(pipeline: Stack) -> None:
+    """From the audit log of the whole module: check-ready, store-kubeconfig and cleanup touched
+    Secrets only in vcluster-* namespaces (through what install granted there) and in
+    kubeopera-system; in vcluster-* store-kubeconfig read vcluster's vc-<release> and nothing
+    else; and check-ready and store-kubeconfig were never refused there, because install makes
+    the grants before it installs the release, so before either is asked."""
+    assert pipeline.control_plane is not None
+    entries = [json.loads(line) for line in pipeline.control_plane.audit_log.read_text().splitlines()]
+    for service in ("tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup"):
+        user = f"system:serviceaccount:{TENANT_NAMESPACE}:{service}"
+        uses = [
+            (e["objectRef"], e["verb"], e.get("responseStatus", {}).get("code"))
+            for e in entries
+            if e["user"]["username"] == user
+            and e.get("stage") == "ResponseComplete"
+            and (e.get("objectRef") or {}).get("resource") == "secrets"
+        ]
+        in_tenants = [(ref, verb, code) for ref, verb, code in uses if ref.get("namespace", "").startswith("vcluster-")]
+        assert in_tenants, f"{service} read no Secret in a Tenant's namespace"
+        allowed = [(ref, verb) for ref, verb, code in uses if code not in (401, 403)]
+        assert [
+            (ref.get("namespace"), ref.get("name"), verb)
+            for ref, verb in allowed
+            if ref.get("namespace") != TENANT_NAMESPACE and not ref.get("namespace", "").startswith("vcluster-")
+        ] == [], f"{service} read Secrets outside kubeopera-system and the Tenants' namespaces"
+        if service == "tenant-store-kubeconfig":
+            assert {(ref["namespace"], ref.get("name"), verb) for ref, verb, _ in in_tenants} == {
+                (ref["namespace"], "vc-vc-" + ref["namespace"].removeprefix("vcluster-"), "get")
+                for ref, _, _ in in_tenants
+            }
+        if service != "tenant-cleanup":  # cleanup's may race its own namespace's deletion (temporary)
+            assert [(ref, verb) for ref, verb, code in in_tenants if code in (401, 403)] == [], f"{service} was refused"
+
+
 def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubeconfigs(pipeline: Stack) -> None:
     """RBAC lets tenant-cleanup delete namespaces and Secrets cluster-wide; the admission policy
     of deploy/base/policy confines it (the test bed applies both, as a cluster would)."""
@@ -429,7 +463,8 @@ def test_a_refused_status_write_still_answers_json_and_is_counted(pipeline: Stac
             "ce-source": "/test",
             "ce-type": "io.kubeopera.tenant.provisioning",
             "content-type": "application/json",
-        },
+        }
+        | pipeline.delivery_authorization("tenant-check-ready"),
         data=json.dumps({"namespace": "default", "name": "elsewhere", "uid": "u-1", "generation": 1}),
         timeout=30,
     )

@@ -121,8 +121,9 @@ def test_every_metric_the_alerts_and_dashboard_read_is_exported(pipeline: Stack,
     error still exports its error counter)."""
     session = requests.Session()
     session.trust_env = False
-    for url in pipeline.function_urls.values():
-        assert session.post(url, data=b"not an event", timeout=10).status_code == 400
+    for service, url in pipeline.function_urls.items():
+        answer = session.post(url, headers=pipeline.delivery_authorization(service), data=b"not an event", timeout=10)
+        assert answer.status_code == 400, (service, answer.text)
     exported: set[str] = set()
     for url in pipeline.function_urls.values():
         exported |= set(scrape(url))

@@ -24,6 +24,7 @@ from shared.cli import main as cli_main
 from shared.kube import Kube
 from shared.tenant import Tenant
 from shared.values import vcluster_values
+from testbed.knative import oidc
 from testbed.local.manifests import declared_functions
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 
@@ -153,7 +154,9 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
             "ce-source": "/test",
             "ce-type": "io.kubeopera.tenant.ready",
             "content-type": "application/json",
-        },
+        }
+        # as check-ready's reply would come back: with its Trigger's identity, which the EventPolicy names
+        | pipeline.sender_authorization(oidc.trigger_identity("tenant-check-ready")),
         data=json.dumps({"namespace": TENANT_NAMESPACE, "name": "alice-default", "uid": alice.uid, "generation": 1}),
         timeout=5,
     ).raise_for_status()
@@ -252,7 +255,7 @@ def test_garbage_to_each_function_is_400_and_changes_nothing(
         ({"Content-Type": "application/json"}, b'{"kind": "Tenant"}'),
         ({"ce-specversion": "1.0", "ce-type": "io.kubeopera.tenant.ready", "Content-Type": "application/json"}, b"{"),
     ):
-        response = requests.post(url, headers=headers, data=body, timeout=10)
+        response = requests.post(url, headers=headers | pipeline.delivery_authorization(service), data=body, timeout=10)
         assert response.status_code == 400, (service, response.text)
         assert "error" in response.json()
     after = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
@@ -278,7 +281,8 @@ def test_event_for_a_missing_or_replaced_tenant_is_acknowledged_and_ignored(
                 "ce-source": "/test",
                 "ce-type": "io.kubeopera.tenant.provisioning",
                 "Content-Type": "application/json",
-            },
+            }
+            | pipeline.delivery_authorization("tenant-check-ready"),
             data=json.dumps(data),
             timeout=10,
         )
@@ -297,7 +301,18 @@ def test_each_function_runs_as_its_own_service_account(pipeline: Stack) -> None:
     assert can("tenant-check-ready", "patch", "tenants", "--subresource=status", "-n", TENANT_NAMESPACE)
     assert not can("tenant-install", "delete", "namespaces")
     assert can("tenant-cleanup", "delete", "namespaces")
-    assert can("tenant-check-ready", "get", "secrets", "-n", "vcluster-alice-default")
+    # Secrets only where install granted them, in alice's namespace (shared.access); none cluster-wide
+    tenant_ns = "vcluster-alice-default"
+    assert can("tenant-check-ready", "get", "secrets", "-n", tenant_ns)
+    assert can("tenant-check-ready", "list", "secrets", "-n", tenant_ns)
+    assert can("tenant-store-kubeconfig", "get", "secrets/vc-vc-alice-default", "-n", tenant_ns)
+    assert not can("tenant-store-kubeconfig", "get", "secrets/sh.helm.release.v1.vc-alice-default.v1", "-n", tenant_ns)
+    assert not can("tenant-store-kubeconfig", "list", "secrets", "-n", tenant_ns)
+    assert can("tenant-cleanup", "delete", "secrets", "-n", tenant_ns)
+    for service in ("tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup"):
+        assert not can(service, "get", "secrets", "-n", "kube-system"), service
+        assert not can(service, "list", "secrets", "--all-namespaces"), service
+    assert not can("tenant-check-ready", "get", "secrets", "-n", TENANT_NAMESPACE)
     assert can("tenant-store-kubeconfig", "create", "secrets", "-n", TENANT_NAMESPACE)
     assert not can("tenant-notify-api", "get", "secrets", "-n", TENANT_NAMESPACE)
     assert can("tenant-notify-api", "patch", "tenants", "--subresource=status", "-n", TENANT_NAMESPACE)

@@ -14,13 +14,10 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-import requests
 
 from shared.kube import Kube
 from testbed.jaeger import Jaeger, TraceSpan, start_jaeger
-from testbed.local.project import project_path
 from testbed.local.stack import Stack, StackOptions, start_stack
-from testbed.local.ticker import ping_event
 
 from .support import phase_of, tenant_yaml, wait_for
 
@@ -161,10 +158,7 @@ def test_no_span_holds_a_secret(pipeline: Stack, pia_trace: list[TraceSpan]) -> 
 def test_a_trace_header_sent_to_the_broker_is_continued(pipeline: Stack, jaeger: Jaeger) -> None:
     """The W3C header on an event entering the broker reaches the function: resync's span joins it."""
     trace_id = uuid.uuid4().hex
-    headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
-    session = requests.Session()
-    session.trust_env = False
     traceparent = f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
-    session.post(pipeline.ingress_url, headers=headers | {"traceparent": traceparent}, data=body, timeout=10)
+    pipeline.tick({"traceparent": traceparent})
     spans = wait_for("resync's span in the sent trace", lambda: jaeger.trace(trace_id), timeout=30)
     assert any(s.service == "tenant-resync" for s in spans)
