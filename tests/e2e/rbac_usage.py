@@ -1,9 +1,13 @@
-"""Is every RBAC rule of ``deploy/base/rbac`` used? Read from the API server's audit log.
+"""Is every RBAC rule of ``deploy/base/rbac`` used, where it applies? Read from the API server's
+audit log.
 
 The test bed's audit policy records everything the product's ServiceAccounts do
 (``testbed/controlplane/startup.py``). ``unused_rules`` compares that with the rules each
-function's Role and ClusterRole grant. A few rules cannot show up in a run, each listed in
-``NOT_EXERCISED_HERE`` with its reason. Events' get and patch fold a repeated Event into a count:
+function's Role and ClusterRole grant, and with the Roles install makes in each Tenant's
+namespace (``shared.access``), each in its scope: a Role's rule counts only for uses in its
+namespace, a ClusterRole that install binds per Tenant namespace only for uses in vcluster-*
+namespaces, any other ClusterRole for uses anywhere. A few rules cannot show up in a run, each
+listed in ``NOT_EXERCISED_HERE`` with its reason. Events' get and patch fold a repeated Event into a count:
 every function records Events through the same code (``Kube.record_event``), so the fold has to
 have run for some function of the run, not for each.
 """
@@ -16,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from shared import access
+from shared.tenant import Tenant
 from testbed.local.stack import TENANT_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,21 +67,68 @@ def exempt(service: str, group: str, resource: str, verb: str) -> bool:
     )
 
 
-def granted(service: str) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) of every rule of the function's Role and ClusterRole."""
+# Where a rule applies: this namespace, every vcluster-* namespace, or anywhere.
+TENANT_NAMESPACES = "vcluster-*"
+ANYWHERE = "*"
+# Any Tenant: what install grants in a Tenant's namespace has the same rules for every Tenant
+# but the name of vcluster's Secret, and resourceNames do not count here.
+SAMPLE = Tenant.from_object(
+    {
+        "metadata": {"name": "sample", "namespace": TENANT_NAMESPACE, "uid": "u", "generation": 1},
+        "spec": {
+            "userID": "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b",
+            "tenantName": "sample",
+            "cloudSpaceID": "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b",
+            "quota": {"cpu": "1", "memory": "1Gi"},
+        },
+    }
+)
+
+
+def _expanded(scope: str, rule: dict[str, list[str]]) -> set[tuple[str, str, str, str]]:
+    return {
+        (scope, group, resource, verb)
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def granted(service: str) -> set[tuple[str, str, str, str]]:
+    """(scope, apiGroup, resource, verb) of every rule of the function's Role and ClusterRoles,
+    and of the Roles install makes for it in each Tenant's namespace."""
     path = REPO / "deploy" / "base" / "rbac" / f"{service}.yaml"
     out = set()
     for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc["kind"] in ("Role", "ClusterRole"):
-            for rule in doc["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        for verb in rule["verbs"]:
-                            out.add((group, resource, verb))
+        if doc and doc["kind"] == "Role":
+            scope = doc["metadata"]["namespace"]
+        elif doc and doc["kind"] == "ClusterRole":
+            per_tenant = doc["metadata"]["name"] == access.cluster_role(service)
+            scope = TENANT_NAMESPACES if per_tenant else ANYWHERE
+        else:
+            continue
+        for rule in doc["rules"]:
+            out |= _expanded(scope, rule)
+    grants = access.namespace_grants(SAMPLE, TENANT_NAMESPACE)
+    roles = {role.name: role for role in grants.roles}
+    for binding in grants.bindings:
+        if binding.role_ref.kind == "Role" and any(s.name == service for s in binding.subjects):
+            for made in roles[binding.role_ref.name].rules:
+                out |= _expanded(TENANT_NAMESPACES, made.manifest())
     return out
 
 
-def used(audit_log: Path, service: str) -> set[tuple[str, str, str]]:
+def applies(scope: str, namespace: str) -> bool:
+    if scope == ANYWHERE:
+        return True
+    if scope == TENANT_NAMESPACES:
+        return namespace.startswith("vcluster-")
+    return namespace == scope
+
+
+def used(audit_log: Path, service: str) -> set[tuple[str, str, str, str]]:
+    """(namespace, apiGroup, resource, verb) of every request the service made that was not
+    refused ("" for a cluster-scoped object)."""
     user = f"system:serviceaccount:{TENANT_NAMESPACE}:{service}"
     out = set()
     for line in audit_log.read_text().splitlines():
@@ -86,20 +139,27 @@ def used(audit_log: Path, service: str) -> set[tuple[str, str, str]]:
         if entry.get("responseStatus", {}).get("code") in (401, 403):
             continue  # refused: not a use of any rule
         resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        out.add((ref.get("apiGroup", ""), resource, entry["verb"]))
+        out.add((ref.get("namespace", ""), ref.get("apiGroup", ""), resource, entry["verb"]))
     return out
 
 
 def unused_rules(
     audit_log: Path, services: Iterable[str], fold_required: bool = True
-) -> dict[str, list[tuple[str, str, str]]]:
-    """(apiGroup, resource, verb) granted to each service and never used in the audit log."""
+) -> dict[str, list[tuple[str, str, str, str]]]:
+    """(scope, apiGroup, resource, verb) granted to each service and never used in that scope."""
     uses = {service: used(audit_log, service) for service in services}
     if fold_required:
-        assert set().union(*uses.values()) >= FOLD, "no repeated Event was folded into a count in this run"
+        folded = {(g, r, v) for seen in uses.values() for _, g, r, v in seen}
+        assert folded >= FOLD, "no repeated Event was folded into a count in this run"
     unused = {}
     for service, seen in uses.items():
-        left = {(g, r, v) for g, r, v in granted(service) - seen - FOLD if not exempt(service, g, r, v)}
+        left = {
+            (scope, g, r, v)
+            for scope, g, r, v in granted(service)
+            if (g, r, v) not in FOLD
+            and not exempt(service, g, r, v)
+            and not any((g, r, v) == (ug, ur, uv) and applies(scope, ns) for ns, ug, ur, uv in seen)
+        }
         if left:
             unused[service] = sorted(left)
     return unused
