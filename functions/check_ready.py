@@ -146,6 +146,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     return function_app(
         Step(
             name=NAME,
+            namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.PROVISIONING}),
             handle=lambda event, ref: handle(rt.kube, helm, rt.settings, event, ref),
             on_permanent=rt.mark_failed,

@@ -167,6 +167,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     return function_app(
         Step(
             name=NAME,
+            namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.CLEANUP}),
             handle=lambda event, ref: handle(rt.kube, helm, api, rt.settings, event, ref),
             on_permanent=lambda ref, err: mark_failed(rt.kube, ref, f"cleanup: {err}", CLEANUP_FAILED),

@@ -89,6 +89,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     return function_app(
         Step(
             name=NAME,
+            namespace=rt.settings.tenant_namespace,
             accepts=frozenset(STEP_FOR_TYPE),
             handle=lambda event, ref: handle(rt.kube, event, ref),
             on_permanent=rt.mark_failed,

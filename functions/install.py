@@ -169,6 +169,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     return function_app(
         Step(
             name=NAME,
+            namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.INSTALL}),
             handle=lambda event, ref: handle(rt.kube, helm, rt.settings, ref),
             on_permanent=rt.mark_failed,

@@ -94,6 +94,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     return function_app(
         Step(
             name=NAME,
+            namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.KUBECONFIG_STORED}),
             handle=lambda event, ref: handle(rt.kube, api, ref),
             on_permanent=rt.mark_failed,

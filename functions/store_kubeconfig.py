@@ -72,6 +72,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     return function_app(
         Step(
             name=NAME,
+            namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.READY}),
             handle=lambda event, ref: handle(rt.kube, rt.settings, ref),
             on_permanent=rt.mark_failed,

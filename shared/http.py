@@ -8,7 +8,8 @@ outcome                    status  broker does
 =========================  ======  ==========================================================
 sender not the broker      401     (not from the broker: refused before the body is read)
 reply event                200     puts the reply (binary mode) back into the broker
-nothing to do / done       204     ends the delivery (also: the Tenant vanished mid-step)
+nothing to do / done       204     ends the delivery (also: the Tenant vanished mid-step, or
+                                  the event is about a Tenant outside ``Step.namespace``)
 ``BadEvent``               400     dead-letters it (no retry); nothing was changed
 ``PermanentError``         422     dead-letters it; the Tenant was marked Failed first
 ``TemporaryError``         503     re-delivers, after ``Retry-After`` when the error names one
@@ -77,6 +78,9 @@ class Step:
     on_permanent: Callable[[TenantRef, PermanentError], object] = _no_tenant_to_fail
     ready: Callable[[], bool] = field(default=_always_ready)
     tick: Callable[[BaseCloudEvent], None] | None = None
+    # The namespace whose Tenants this function serves (``TENANT_NAMESPACE``): the ApiServerSource
+    # watches only it, so an event about a Tenant elsewhere is foreign, and is ignored.
+    namespace: str | None = None
 
 
 def _error(status: int, message: str, retry_after: int | None = None) -> Response:
@@ -201,6 +205,9 @@ def _deliver(step: Step, event: BaseCloudEvent) -> tuple[Response, str]:
             ref = events.tenant_ref(event)
             tracing.annotate(tenant=ref.key)
             with logs.bind(tenant=ref.key):
+                if step.namespace is not None and ref.namespace != step.namespace:
+                    log.warning("event about a Tenant outside the namespace this function serves; ignored")
+                    return Response(status=204), "success"
                 reply = _run(step, event, ref)
                 if reply is None:
                     log.info("delivery done")

@@ -79,11 +79,13 @@ def start_functions(supervisor: Supervisor, specs: Mapping[str, ProcessSpec]) ->
         wait_ready(process, HttpProbe(f"{url_of(specs[service])}readyz"), timeout=READY_TIMEOUT)
 
 
-def start_replica(supervisor: Supervisor, spec: ProcessSpec, name: str) -> tuple[ManagedProcess, str]:
-    """Another process of the same function (same environment and identity, its own port), ready;
-    returns it and its URL."""
+def start_replica(
+    supervisor: Supervisor, spec: ProcessSpec, name: str, env: Mapping[str, str] | None = None
+) -> tuple[ManagedProcess, str]:
+    """Another process of the same function (same environment, with ``env`` over it, and the same
+    identity, its own port), ready; returns it and its URL."""
     port = free_port()
-    replica = replace(spec, name=name, env=dict(spec.env, PORT=str(port)))
+    replica = replace(spec, name=name, env=dict(spec.env) | dict(env or {}) | {"PORT": str(port)})
     process = supervisor.start(replica, HttpProbe(f"http://127.0.0.1:{port}/readyz"), ready_timeout=READY_TIMEOUT)
     return process, url_of(replica)
 

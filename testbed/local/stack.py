@@ -190,11 +190,13 @@ class Stack:
         self.eventing.restart_data_plane()
         self.watch.data_plane_restarted(killed_at)
 
-    def start_replica(self, service: str) -> tuple[ManagedProcess, str]:
+    def start_replica(
+        self, service: str, env: Mapping[str, str] | None = None, name: str | None = None
+    ) -> tuple[ManagedProcess, str]:
         """One more process of a function, as another pod of its Knative Service would be (same
-        environment and identity, its own port); returns it and its URL. The broker keeps
-        delivering to the first one; tests post to this one directly."""
-        return start_replica(self.supervisor, self.function_specs[service], f"{service}-2")
+        environment, with ``env`` over it, and the same identity, its own port); returns it and its
+        URL. The broker keeps delivering to the first one; tests post to this one directly."""
+        return start_replica(self.supervisor, self.function_specs[service], name or f"{service}-2", env)
 
 
 @contextlib.contextmanager

@@ -449,26 +449,31 @@ def scraped(url: str, name: str, labels: str) -> float:
 
 
 def test_a_refused_status_write_still_answers_json_and_is_counted(pipeline: Stack) -> None:
-    """A real 403: check-ready may read Tenants only in kubeopera-system. An event about a Tenant
-    elsewhere fails on the read, and marking that Tenant Failed fails the same way; the answer is
-    still the JSON error mapping (422), never Flask's HTML 500, and the delivery is counted."""
-    url = pipeline.function_urls["tenant-check-ready"]
-    labels = 'controller="check-ready",result="error"'
-    before = scraped(url, "controller_runtime_reconcile_total", labels)
-    answer = requests.post(
-        url,
-        headers={
-            "ce-specversion": "1.0",
-            "ce-id": "forbidden-1",
-            "ce-source": "/test",
-            "ce-type": "io.kubeopera.tenant.provisioning",
-            "content-type": "application/json",
-        }
-        | pipeline.delivery_authorization("tenant-check-ready"),
-        data=json.dumps({"namespace": "default", "name": "elsewhere", "uid": "u-1", "generation": 1}),
-        timeout=30,
-    )
-    assert answer.status_code == 422, answer.text
-    assert answer.headers["content-type"] == "application/json"
-    assert "403" in answer.json()["error"]
-    assert scraped(url, "controller_runtime_reconcile_total", labels) == before + 1
+    """A real 403: check-ready may read Tenants only in kubeopera-system. A replica of it told to
+    serve namespace ``default`` (a misconfigured TENANT_NAMESPACE) fails on the read of a Tenant
+    there, and marking that Tenant Failed fails the same way; the answer is still the JSON error
+    mapping (422), never Flask's HTML 500, and the delivery is counted. (The functions as deployed
+    ignore an event about a Tenant outside the namespace they serve: 204.)"""
+    process, url = pipeline.start_replica("tenant-check-ready", {"TENANT_NAMESPACE": "default"}, "check-ready-default")
+    try:
+        labels = 'controller="check-ready",result="error"'
+        before = scraped(url, "controller_runtime_reconcile_total", labels)
+        answer = requests.post(
+            url,
+            headers={
+                "ce-specversion": "1.0",
+                "ce-id": "forbidden-1",
+                "ce-source": "/test",
+                "ce-type": "io.kubeopera.tenant.provisioning",
+                "content-type": "application/json",
+            }
+            | pipeline.delivery_authorization("tenant-check-ready"),
+            data=json.dumps({"namespace": "default", "name": "elsewhere", "uid": "u-1", "generation": 1}),
+            timeout=30,
+        )
+        assert answer.status_code == 422, answer.text
+        assert answer.headers["content-type"] == "application/json"
+        assert "403" in answer.json()["error"]
+        assert scraped(url, "controller_runtime_reconcile_total", labels) == before + 1
+    finally:
+        process.stop()

@@ -1033,9 +1033,9 @@ def test_an_exact_reference_to_a_tenant_outside_the_functions_namespace_changes_
 ) -> None:
     """The one reference the fuzz leaves out, asked directly: a Tenant that exists, at its uid and
     generation, but outside the functions' namespace (``Settings.tenant_namespace``). The
-    ApiServerSource watches only that namespace, so such an event is forged; the functions'
-    identity here may do anything, so whatever a function would do with it is seen (in a
-    deployment, RBAC would refuse its reads there: a 403, answered 422)."""
+    ApiServerSource watches only that namespace, so such an event is forged, and every function
+    ignores it (204) before it reads anything (``shared.http.Step.namespace``). The functions'
+    identity here may do anything, so whatever a function did with it would be seen."""
     custom: Any = k8s.CustomObjectsApi(admin)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     prefix = world.tenants["ready"].name[: -len("-ready")]

@@ -122,6 +122,36 @@ def test_the_chain_from_install_to_notify_api(kube: FakeKube, helm: FakeHelm, ap
     assert phase(kube) == "Ready"
 
 
+# Each function that acts on one Tenant, and an event it takes.
+TENANT_EVENTS = {
+    "install": events.APISERVER_ADD,
+    "check_ready": events.PROVISIONING,
+    "store_kubeconfig": events.READY,
+    "notify_api": events.KUBECONFIG_STORED,
+    "dead_letter": events.PROVISIONING,
+    "cleanup": events.CLEANUP,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TENANT_EVENTS))
+def test_an_event_about_a_tenant_outside_the_served_namespace_is_ignored(
+    name: str, kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    """The Tenant exists, at that uid and generation, but in a namespace the ApiServerSource does
+    not watch: the event is forged, answered 204, and nothing is read or written."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, namespace="elsewhere"))
+    kube.calls.clear()
+    event_type = TENANT_EVENTS[name]
+    event = (
+        apiserver_event(obj, event_type)
+        if event_type in events.APISERVER_TYPES
+        else events.make(event_type, "forger", ref_of(obj))
+    )
+    response = deliver(CREATE_APPS[name](stand_ins(kube, helm, api)), event)
+    assert response.status_code == 204, response.data
+    assert kube.calls == {} and helm.operations == [] and api.reports == []
+
+
 def test_dead_letter_marks_the_tenant_failed(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
     sent = events.make(events.PROVISIONING, "check-ready", ref_of(obj))
