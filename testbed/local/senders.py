@@ -100,8 +100,9 @@ def waits_for_triggers(doc: Mapping[str, Any]) -> bool:
     identity, and in Knative v0.48 a Trigger publishes it (``status.auth``) only once its Broker is
     Ready (pkg/reconciler/broker/trigger/trigger.go: it returns at ``!b.IsReady()`` before
     ``SetupOIDCServiceAccount``), while a Broker with an un-Ready EventPolicy is not Ready
-    (``EventPoliciesReady``): applied together with its Triggers such a policy never becomes Ready.
-    The stack applies it once the Triggers are Ready (:func:`testbed.local.stack.start_stack`)."""
+    (``EventPoliciesReady``): applied together with its Triggers such a policy never becomes Ready,
+    in a cluster as here. The stack refuses to start with one (:func:`testbed.local.stack.start_stack`);
+    ``eventing/broker-eventpolicy.yaml`` names the Triggers' identities by ``sub`` instead."""
     return doc.get("kind") == "EventPolicy" and any(
         (entry.get("ref") or {}).get("kind") == "Trigger" for entry in (doc.get("spec") or {}).get("from") or []
     )

@@ -235,10 +235,14 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             functions = function_modules(manifests)
             sender_plan = senders.plan(manifests, TENANT_NAMESPACE, BROKER, functions, options.sender_identity)
             senders.check_declared(manifests, sender_plan)
-            # An EventPolicy admitting the Triggers by ref waits for them (senders.waits_for_triggers).
-            later = [doc for doc in manifests if senders.waits_for_triggers(doc)]
-            now = [doc for doc in manifests if not senders.waits_for_triggers(doc)]
-            kubectl(tools, admin, "apply", "-f", "-", input=yaml.safe_dump_all(now))
+            # The test bed applies what a cluster would, at once; a policy that could never be Ready
+            # there is the product's bug, reported rather than worked around.
+            if stuck := [doc["metadata"]["name"] for doc in manifests if senders.waits_for_triggers(doc)]:
+                raise StackError(
+                    f"EventPolicies {stuck} admit Triggers by ref: applied with them the Broker is never Ready "
+                    "(testbed.local.senders.waits_for_triggers); name the Triggers' identities by sub"
+                )
+            kubectl(tools, admin, "apply", "-f", "-", input=yaml.safe_dump_all(manifests))
             # The Broker's address, known before it is Ready: its delivery's dead-letter sink is a
             # function, so the Broker becomes Ready only once the functions are served.
             broker_address = f"http://{host('broker-ingress')}/{TENANT_NAMESPACE}/{BROKER}"
@@ -286,16 +290,9 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                     if doc["kind"] == "Trigger":
                         triggers[doc["metadata"]["name"]] = ready
             senders.check_published(triggers, sender_plan)
-            if later:
-                log.warning(
-                    "EventPolicies %s admit Triggers by ref: applied only now that the Triggers are Ready "
-                    "(with them, the Broker would never be Ready: testbed.local.senders.waits_for_triggers)",
-                    [doc["metadata"]["name"] for doc in later],
-                )
-                kubectl(tools, admin, "apply", "-f", "-", input=yaml.safe_dump_all(later))
-                for doc in later:
+            for doc in manifests:
+                if doc["kind"] == "EventPolicy":
                     eventing.wait_ready(TENANT_NAMESPACE, "eventpolicy", doc["metadata"]["name"])
-                eventing.wait_ready(TENANT_NAMESPACE, "broker", BROKER)
 
             sup.start(_vcluster_standin(admin, options))
             result = Stack(
