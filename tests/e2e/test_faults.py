@@ -364,7 +364,7 @@ def test_resyncs_rbac_rules_are_all_used(pipeline: Stack) -> None:
 def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube) -> None:
     """With every Tenant Ready and nothing drifted, a resync pass only reads."""
     assert pipeline.control_plane is not None
-    assert pipeline.watch.wait_idle(60)
+    assert pipeline.watch.wait_idle(60), f"still to be re-delivered: {pipeline.watch.pending()}"
     audit = pipeline.control_plane.audit_log
     mark = len(audit.read_text().splitlines())
     tick(pipeline)
