@@ -136,6 +136,17 @@ class ClusterStack:
         """The Broker's ingress, reachable from here (its ClusterIP; the path names the Broker)."""
         return f"http://{self.cluster_ip('broker-ingress', EVENTING_NAMESPACE)}/{NAMESPACE}/default"
 
+    def sender_authorization(self, kind: str, name: str) -> dict[str, str]:
+        """The ``Authorization`` header the source or Trigger ``kind``/``name`` sends to the Broker
+        (authentication-oidc is on: the Broker admits only the senders its EventPolicy names): a
+        token of the identity Knative published for it, for the Broker's audience."""
+        account = self.kubectl("get", kind, name, "-n", NAMESPACE, "-o", "jsonpath={.status.auth.serviceAccountName}")
+        if not account:
+            raise RuntimeError(f"{kind} {name} publishes no OIDC identity (status.auth)")
+        audience = f"eventing.knative.dev/broker/{NAMESPACE}/default"  # the Broker's status.address.audience
+        token = self.kubectl("create", "token", account, "-n", NAMESPACE, f"--audience={audience}").strip()
+        return {"Authorization": f"Bearer {token}"}
+
     @property
     def ingress_url(self) -> str:
         """Traefik's cluster-local entry point (what ``<ksvc>.<ns>.svc.cluster.local`` leads to)."""

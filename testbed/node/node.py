@@ -75,6 +75,10 @@ def _apiserver_args(dirs: NodeDirs) -> tuple[str, ...]:
         "--bind-address=0.0.0.0",
         f"--advertise-address={NODE_IP}",
         "--endpoint-reconciler-type=lease",
+        # Knative's receivers (authentication-oidc) read the issuer's discovery document at
+        # https://kubernetes.default.svc, then its key set at this URI with the same client; by
+        # default it is the advertised address, which the serving certificate does not name.
+        "--service-account-jwks-uri=https://kubernetes.default.svc/openid/v1/jwks",
     )
 
 

@@ -48,6 +48,7 @@ def test_an_event_wakes_only_the_function_it_is_for(cluster: ClusterStack) -> No
     timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
     try:
         headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
+        headers |= cluster.sender_authorization("pingsource", "tenant-resync")  # as mtping sends it
         session = requests.Session()
         session.trust_env = False
         session.post(cluster.broker_url, headers=headers, data=body, timeout=10).raise_for_status()
