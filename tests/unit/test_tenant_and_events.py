@@ -166,6 +166,11 @@ DEEP = b"[" * 100_000 + b"]" * 100_000  # deeper than Python's JSON decoder goes
         (BINARY_JSON, DEEP, "nested too deeply"),
         (
             {"content-type": "application/cloudevents+json"},
+            b'{"specversion": "1.0", "id": "1", "source": "/x", "type": "x", "time": [null, null]}',
+            "malformed",
+        ),
+        (
+            {"content-type": "application/cloudevents+json"},
             b'{"specversion": "1.0", "id": "1", "source": "/x", "type": "x", "data": ' + DEEP + b"}",
             "nested too deeply",
         ),
