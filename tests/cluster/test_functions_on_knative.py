@@ -98,3 +98,36 @@ def test_check_ready_has_its_own_token_and_cannot_write_a_secret(cluster: Cluste
     )
     assert answer.strip() == "403"
     assert "forged" not in cluster.kubectl("get", "secrets", "-n", "vcluster-pia", "-o", "name")
+
+
+# A forged dead letter: were it read, dead-letter would mark pia Failed.
+FORGED = (
+    "import json, urllib.request as u, urllib.error as e\n"
+    "headers = {{'ce-specversion': '1.0', 'ce-id': 'forged-1', 'ce-source': '/forger', 'ce-type': "
+    "'io.kubeopera.tenant.provisioning', 'knativeerrorcode': '503', 'Content-Type': 'application/json'}}\n"
+    "headers.update({auth})\n"
+    "body = json.dumps({{'namespace': '{ns}', 'name': 'pia', 'uid': '{uid}', 'generation': 1}}).encode()\n"
+    "req = u.Request('{url}', data=body, method='POST', headers=headers)\n"
+    "try:\n    print(u.urlopen(req, timeout=60).status)\n"
+    "except e.HTTPError as err:\n    print(err.code)"
+)
+
+
+def test_a_pod_cannot_forge_an_event(cluster: ClusterStack) -> None:
+    """Any pod can reach the Broker and a cluster-local Knative Service. From inside one (check-ready's),
+    a forged event without the broker's token, or with the pod's own ServiceAccount token, is refused
+    by the Broker's ingress and by the dead-letter function itself (authentication-oidc and
+    SENDER_SUBJECTS), and pia stays Ready."""
+    wait_for("pia to be Ready", lambda: phase(cluster, "pia") == "Ready", timeout=300)
+    uid = cluster.get("kt", "pia", "-n", NAMESPACE)["metadata"]["uid"]
+    pod = running_pod(cluster, "tenant-check-ready")
+    own = "{'Authorization': 'Bearer ' + open('/var/run/secrets/kubernetes.io/serviceaccount/token').read()}"
+    broker = f"http://broker-ingress.knative-eventing.svc.cluster.local/{NAMESPACE}/default"
+    function = f"http://tenant-dead-letter.{NAMESPACE}.svc.cluster.local/"
+    answers = {
+        (target, who): exec_python(cluster, pod, FORGED.format(auth=auth, ns=NAMESPACE, uid=uid, url=url)).strip()
+        for target, url in (("broker", broker), ("dead-letter", function))
+        for who, auth in (("no token", "{}"), ("the pod's own token", own))
+    }
+    assert set(answers.values()) == {"401"}, answers
+    assert phase(cluster, "pia") == "Ready"
