@@ -9,7 +9,7 @@ outcome                    status  broker does
 sender not the broker      401     (not from the broker: refused before the body is read)
 reply event                200     puts the reply (binary mode) back into the broker
 nothing to do / done       204     ends the delivery (also: the Tenant vanished mid-step, or
-                                  the event is about a Tenant outside ``Step.namespace``)
+                                   the event is about a Tenant outside ``Step.namespace``)
 ``BadEvent``               400     dead-letters it (no retry); nothing was changed
 ``PermanentError``         422     dead-letters it; the Tenant was marked Failed first
 ``TemporaryError``         503     re-delivers, after ``Retry-After`` when the error names one
