@@ -49,6 +49,7 @@ from testbed.cluster import release
 from testbed.controlplane import pki
 from testbed.images import build_all
 from testbed.local.project import CHART_DIR, project_path
+from testbed.local.senders import broker_audience
 from testbed.node import NODE_IP, Node, start_node
 from testbed.processes import ProcessError
 from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
@@ -143,7 +144,7 @@ class ClusterStack:
         account = self.kubectl("get", kind, name, "-n", NAMESPACE, "-o", "jsonpath={.status.auth.serviceAccountName}")
         if not account:
             raise RuntimeError(f"{kind} {name} publishes no OIDC identity (status.auth)")
-        audience = f"eventing.knative.dev/broker/{NAMESPACE}/default"  # the Broker's status.address.audience
+        audience = broker_audience(NAMESPACE, "default")
         token = self.kubectl("create", "token", account, "-n", NAMESPACE, f"--audience={audience}").strip()
         return {"Authorization": f"Bearer {token}"}
 

@@ -30,14 +30,18 @@ from .manifests import (
 )
 
 NAMESPACE = "kubeopera-system"
-OIDC_SUFFIX = "-oidc-eventing.knative.dev-trigger"
 DEAD_LETTER = "tenant-dead-letter"
 
 
+def identity(name: str, group: str, kind: str) -> str:
+    """Knative's OIDC identity of an object of eventing/ (kmeta.ChildName, lowercased), as a subject."""
+    account = f"{name}-oidc-{group}-{kind}".lower()
+    assert len(account) <= 63, f"Knative would hash {account}; SENDER_SUBJECTS and the EventPolicy could not name it"
+    return f"system:serviceaccount:{NAMESPACE}:{account}"
+
+
 def trigger_identity(trigger: str) -> str:
-    name = f"{trigger}{OIDC_SUFFIX}".lower()
-    assert len(name) <= 63, f"Knative would hash {name}; SENDER_SUBJECTS could not name it"
-    return f"system:serviceaccount:{NAMESPACE}:{name}"
+    return identity(trigger, "eventing.knative.dev", "Trigger")
 
 
 def triggers() -> dict[str, dict[str, Any]]:
@@ -98,13 +102,6 @@ def test_functions_check_senders_by_default() -> None:
         assert "SENDER_IDENTITY" not in env(service)
 
 
-def identity(name: str, group: str, kind: str) -> str:
-    """Knative's OIDC identity of an object of eventing/ (kmeta.ChildName, lowercased), as a subject."""
-    account = f"{name}-oidc-{group}-{kind}".lower()
-    assert len(account) <= 63, f"Knative would hash {account}; the EventPolicy could not name it"
-    return f"system:serviceaccount:{NAMESPACE}:{account}"
-
-
 def test_the_broker_admits_our_sources_and_the_triggers_replies_only() -> None:
     """By exact subject, each computed here from the objects of eventing/ (a renamed source or
     Trigger fails this), and not by ref, which would keep the Broker from ever being Ready
@@ -127,7 +124,7 @@ def test_the_broker_admits_our_sources_and_the_triggers_replies_only() -> None:
         ("SinkBinding", "tenant-resync"),
     }
     expected = {identity(name, "sources.knative.dev", kind) for kind, name in sources}
-    expected |= {identity(name, "eventing.knative.dev", "Trigger") for name in triggers()}
+    expected |= {trigger_identity(name) for name in triggers()}
     assert len(subjects) == len(set(subjects)) and set(subjects) == expected
 
 
