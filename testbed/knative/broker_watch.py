@@ -8,8 +8,9 @@ ask: is the broker idle, nothing in flight and no retry still to come?
 
 A retry is still to come when a Trigger's last attempt for an event was answered with a status
 Knative retries (5xx, 404, 408, 409, 429; ``pkg/kncloudevents/retries.go``), fewer attempts than
-``1 + delivery.retry`` were made, no dead-letter delivery for it followed, and the broker's data
-plane was not restarted since (the in-memory broker forgets the retries it held).
+``1 + delivery.retry`` were made, no dead-letter delivery for it followed, and the attempt was
+started after the broker's data plane last restarted (the in-memory broker forgets the retries
+it held, also those of a delivery still being answered when it was killed).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ class BrokerWatch:
             if retryable(tries[-1].status)
             and key not in dead
             and len(tries) <= self.routes[key[0]].retries
-            and tries[-1].finished > self._restarted_at  # else the filter that would retry it is gone
+            and tries[-1].time > self._restarted_at  # made by a filter since killed: nobody retries it
         ]
 
     def idle(self) -> bool:

@@ -166,6 +166,15 @@ def test_a_retry_held_by_a_restarted_data_plane_is_not_pending() -> None:
     assert watched.pending() == [("tenant-install", "after")]
 
 
+def test_a_delivery_in_flight_when_the_data_plane_restarts_is_not_pending() -> None:
+    """Started by the filter that was killed, answered after the kill: that filter would have
+    retried it, and it is gone (CI, test_a_settled_pass_writes_nothing, waited 60 s on one)."""
+    in_flight = Hop(T0, T0 + 8, "POST", INSTALL, "/", 503, {"ce-id": "e-1", "ce-type": "t"}, {})
+    watched = watch(in_flight)
+    watched.data_plane_restarted(T0 + 5)
+    assert watched.pending() == []
+
+
 def test_pending_is_per_trigger_and_event() -> None:
     hops = (hop(INSTALL, 503, event="a"), hop(INSTALL, 200, event="b"), hop(CHECK, 503, event="a"))
     assert watch(*hops).pending() == [("tenant-install", "a"), ("tenant-check-ready", "a")]
