@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import pyhelm3
 from pyhelm3 import errors as helm_errors
 
-from shared import metrics, tracing
+from shared import metrics, timing, tracing
 from shared.errors import PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
@@ -286,7 +286,7 @@ def _operation(operation: str, attributes: Mapping[str, str]) -> Iterator[list[s
     The block appends its outcome to the list it gets; leaving by an exception is ``error``."""
     started = time.monotonic()
     outcome: list[str] = []
-    with tracing.span(f"helm {operation.replace('_', ' --')}", attributes) as span:
+    with timing.helm(), tracing.span(f"helm {operation.replace('_', ' --')}", attributes) as span:
         try:
             yield outcome
         except BaseException:

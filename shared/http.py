@@ -23,6 +23,9 @@ is counted in ``kubeopera_tenant_deliveries_refused_total`` and makes no span an
 Nothing escapes this mapping: an error while marking the Tenant Failed (a 403 on the status
 write, an unexpected exception) still gets a JSON answer (503 when marking may work later, 422
 otherwise, 500 for a bug), and every delivery is counted in the metrics, whatever happened.
+Each one ends with one ``answered`` log line: status, event type and id, seconds, and the
+seconds and operations spent in helm (``shared.timing``), so a slow delivery says where its
+time went without tracing on.
 
 A ``Conflict`` (someone wrote the Tenant first) re-runs the step on fresh data up to three times
 before it is answered as temporary. Bodies larger than 1 MiB are refused with 413. Error bodies
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,7 +44,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from shared import events, logs, metrics, tracing
+from shared import events, logs, metrics, timing, tracing
 from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone
 from shared.senders import Refused, SenderCheck
 from shared.tenant import TenantRef
@@ -121,34 +123,47 @@ def function_app(step: Step, senders: SenderCheck | None = None) -> Flask:
             refusal = _refuse_unknown_sender(step, senders)
             if refusal is not None:
                 return refusal
-        started = time.monotonic()
-        result, code, event_type = "error", 500, ""
+        result, code, event_type, event_id = "error", 500, "", ""
         headers = {k.lower(): v for k, v in request.headers.items()}
-        try:
-            read = _read_event()
-            event = None if isinstance(read, tuple) else read
-            with tracing.delivery(step.name, tracing.incoming(headers, event)) as span:
-                traceparent = tracing.current_traceparent()
-                with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
-                    if isinstance(read, tuple):  # refused before it was an event
-                        response, result = read
-                    else:
-                        event_type = read.get_type()
-                        span.update_name(f"{step.name} {event_type}")
-                        span.set_attributes(tracing.event_attributes(read))
-                        response, result = _deliver(step, read)
-                code = response.status_code
-                tracing.outcome(span, code, result)
-            return response
-        except Exception:  # _deliver maps everything; this is the last line of defence
-            log.exception("unexpected failure outside the error mapping")
-            return _error(500, "internal error; see the function's logs")
-        finally:
-            metrics.RECONCILE_TOTAL.labels(step.name, result).inc()
-            if result == "error":
-                metrics.RECONCILE_ERRORS.labels(step.name).inc()
-            metrics.RECONCILE_TIME.labels(step.name).observe(time.monotonic() - started)
-            metrics.DELIVERIES.labels(step.name, _known_type(step, event_type), str(code)).inc()
+        with timing.delivery() as clock:
+            try:
+                read = _read_event()
+                event = None if isinstance(read, tuple) else read
+                with tracing.delivery(step.name, tracing.incoming(headers, event)) as span:
+                    traceparent = tracing.current_traceparent()
+                    with logs.bind(function=step.name, traceparent=traceparent, trace_id=_trace_id(traceparent)):
+                        if isinstance(read, tuple):  # refused before it was an event
+                            response, result = read
+                        else:
+                            event_type, event_id = read.get_type(), read.get_id()
+                            span.update_name(f"{step.name} {event_type}")
+                            span.set_attributes(tracing.event_attributes(read))
+                            response, result = _deliver(step, read)
+                    code = response.status_code
+                    tracing.outcome(span, code, result)
+                return response
+            except Exception:  # _deliver maps everything; this is the last line of defence
+                log.exception("unexpected failure outside the error mapping")
+                return _error(500, "internal error; see the function's logs")
+            finally:
+                log.info(
+                    "answered",
+                    extra={
+                        "function": step.name,
+                        "status": code,
+                        "result": result,
+                        "type": event_type,
+                        "id": event_id,
+                        "seconds": round(clock.seconds(), 6),
+                        "helm_seconds": round(clock.helm_seconds, 6),
+                        "helm_operations": clock.helm_operations,
+                    },
+                )
+                metrics.RECONCILE_TOTAL.labels(step.name, result).inc()
+                if result == "error":
+                    metrics.RECONCILE_ERRORS.labels(step.name).inc()
+                metrics.RECONCILE_TIME.labels(step.name).observe(clock.seconds())
+                metrics.DELIVERIES.labels(step.name, _known_type(step, event_type), str(code)).inc()
 
     return app
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from cloudevents.core.base import BaseCloudEvent
 
 from functions.dead_letter import failure_reason
-from shared import events
+from shared import events, timing
 from shared.errors import Conflict, NotReadyYet, PermanentError, TemporaryError
 from shared.http import MAX_BODY_BYTES, Step, function_app
 from shared.tenant import TenantRef
@@ -170,3 +172,43 @@ def test_dead_letter_reason_decodes_the_function_answer() -> None:
         "io.kubeopera.tenant.provisioning could not be delivered to tenant-check-ready: "
         "last answer 503: waiting for vcluster"
     )
+
+
+def test_every_delivery_ends_with_one_answered_line_that_says_how_long_helm_took(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def handle(event: BaseCloudEvent, ref: TenantRef) -> None:
+        with timing.helm():  # an install: the chart pull runs inside the upgrade and counts once
+            with timing.helm():
+                time.sleep(0.02)
+        with timing.helm():  # a status read
+            pass
+        raise NotReadyYet("booting")
+
+    caplog.set_level(logging.INFO, logger="shared.http")
+    assert post(handle).status_code == 503
+    (line,) = [r for r in caplog.records if r.getMessage() == "answered"]
+    fields = line.__dict__
+    assert (fields["status"], fields["result"], fields["type"], fields["id"]) == (
+        503,
+        "requeue",
+        events.PROVISIONING,
+        "1",
+    )
+    assert fields["helm_operations"] == 2
+    assert 0.02 <= fields["helm_seconds"] <= fields["seconds"]
+
+
+def test_a_refused_body_is_answered_too(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="shared.http")
+    assert post(lambda e, r: None, data=b"{not json").status_code == 400
+    (line,) = [r for r in caplog.records if r.getMessage() == "answered"]
+    assert (line.__dict__["status"], line.__dict__["helm_operations"], line.__dict__["helm_seconds"]) == (400, 0, 0.0)
+
+
+def test_helm_outside_a_delivery_keeps_no_clock() -> None:
+    with timing.helm():
+        pass  # resync's pass or a step called directly: nothing to add to, nothing raised
+    with timing.delivery() as clock:
+        pass
+    assert (clock.helm_operations, clock.helm_seconds) == (0, 0.0)
