@@ -39,7 +39,7 @@ from shared.errors import NamespaceTerminating, PermanentError, TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.kube import Kube
-from shared.locks import release_lease
+from shared.locks import installing, release_lease
 from shared.ownership import Claim, namespace_labels
 from shared.reconcile import first_sight, live_tenant, write_status
 from shared.runtime import Runtime
@@ -92,6 +92,15 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
         log.info(skip)
         _grant_if_ours(kube, tenant, settings)
         return None
+    names = tenant.spec.names
+    with installing(names.namespace, names.release, tenant.generation) as mine:
+        if not mine:
+            log.info("another delivery in this process is installing this generation; nothing to add")
+            return None
+        return _provision(kube, helm, settings, tenant)
+
+
+def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> BaseCloudEvent | None:
     tenant = first_sight(kube, tenant)
     if not tenant.has_finalizer:
         tenant = kube.set_finalizer(tenant, present=True)
@@ -113,6 +122,12 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
         return tenant.status.phase == Phase.PENDING and kube.get_rollout(names.namespace, names.release) is None
 
     with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
+        # Another delivery (another pod's, or one that finished while this one read) may have
+        # provisioned this generation while this one waited: then helm has nothing to do.
+        fresh = live_tenant(kube, tenant.ref)
+        if fresh is None or (is_settled(fresh) and fresh.has_finalizer):
+            log.info("provisioned by another delivery meanwhile; nothing to add")
+            return None
         release = helm.install_or_upgrade(
             names.release,
             names.namespace,

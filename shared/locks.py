@@ -8,6 +8,15 @@ length of one helm operation: the first holder works, any other answers "another
 progress" (temporary: the broker re-delivers). A holder that died (a killed pod) stops counting
 once the Lease's duration has passed. Threads of one process queue on a thread lock first, so
 only deliveries on different processes are sent back.
+
+Before any of that, ``installing`` coalesces within one process: the ApiServerSource sends a
+Tenant's own status and finalizer writes back to install as updates, so a burst brings several
+deliveries of one Tenant at once. While a thread installs a release at a generation, another
+delivery of that release at the same or an older generation has nothing to add and is answered
+at once instead of holding a thread until the first is done. That is safe because the first
+delivery's outcome covers it: success moves the Tenant on; a temporary error is re-delivered by
+the broker; a permanent one fails the Tenant; a killed process leaves the first delivery
+unanswered, and the broker re-delivers that one.
 """
 
 from __future__ import annotations
@@ -37,6 +46,32 @@ _local_guard = threading.Lock()
 def _thread_lock(key: str) -> threading.Lock:
     with _local_guard:
         return _local.setdefault(key, threading.Lock())
+
+
+_installing: dict[str, list[int]] = {}  # release -> the generations threads of this process install
+
+
+@contextmanager
+def installing(namespace: str, release: str, generation: int) -> Iterator[bool]:
+    """True (and, until the block ends, registered) when no other thread of this process is
+    installing ``release`` at ``generation`` or a newer one; False when one is."""
+    key = f"{namespace}/{release}"
+    with _local_guard:
+        running = _installing.setdefault(key, [])
+        mine = all(other < generation for other in running)
+        if mine:
+            running.append(generation)
+    if not mine:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with _local_guard:
+            running = _installing[key]
+            running.remove(generation)
+            if not running:
+                del _installing[key]
 
 
 @contextmanager

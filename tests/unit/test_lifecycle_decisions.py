@@ -20,7 +20,7 @@ from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, store_kubeconfig
-from shared import events
+from shared import events, locks
 from shared.errors import (
     NotReadyYet,
     OwnershipConflict,
@@ -40,10 +40,19 @@ from shared.ownership import (
     release_labels,
     secret_labels,
 )
-from shared.reconcile import mark_failed
+from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time
+from shared.tenant import (
+    COND_RELEASE_INSTALLED,
+    FINALIZER,
+    Condition,
+    Phase,
+    StatusUpdate,
+    Tenant,
+    TenantRef,
+    parse_time,
+)
 from shared.values import vcluster_values
 
 from .fakes import (
@@ -1145,6 +1154,68 @@ def test_an_install_refusal_over_http_is_422_and_the_tenant_is_failed(kube: Fake
     ready = live(kube, "bob-dev-2").status.condition("Ready")
     assert ready is not None and ready.reason == "OwnershipConflict"
     assert reconcile_total(install.NAME, "error") == before + 1
+
+
+# one install per Tenant generation in a process --------------------------------------------------
+
+
+def test_a_delivery_while_this_process_installs_the_same_generation_adds_nothing(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """The ApiServerSource's updates of the Tenant's own status arrive while its add is still
+    installing: they are answered at once, without a read of helm or a thread held."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    mark = len(kube.journal)
+    with locks.installing(BOB_NS, BOB_RELEASE, 1) as first:
+        assert first
+        assert run_install(kube, helm, obj) is None
+    assert helm.operations == [] and since(kube, mark) == []
+    assert run_install(kube, helm, obj) is not None, "once the first is done, a delivery works again"
+    assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
+
+
+def test_a_newer_generation_is_not_coalesced_into_an_older_install(kube: FakeKube, helm: FakeHelm) -> None:
+    provision(kube, helm)
+    obj = kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "4"})
+    with locks.installing(BOB_NS, BOB_RELEASE, 1):
+        assert run_install(kube, helm, obj) is not None
+    assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}"), ("upgrade", f"{BOB_NS}/{BOB_RELEASE}")]
+
+
+def test_installing_counts_each_generation_until_its_own_block_ends() -> None:
+    with locks.installing("ns", "vc-a", 1) as g1:
+        with locks.installing("ns", "vc-a", 2) as g2:
+            assert (g1, g2) == (True, True)
+            with locks.installing("ns", "vc-a", 1) as late:
+                assert not late
+        with locks.installing("ns", "vc-a", 1) as again:
+            assert not again, "generation 1 is still being installed"
+        with locks.installing("ns", "vc-b", 1) as other:
+            assert other, "another release is not affected"
+    with locks.installing("ns", "vc-a", 1) as after:
+        assert after, "nothing is left registered once every block ended"
+
+
+def test_install_that_waited_for_the_release_finds_it_provisioned_and_adds_nothing(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """Another pod provisioned this generation while this delivery read and waited: under the
+    Lease the Tenant is read again, and helm is not asked."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    acquire = kube.acquire_lease
+
+    def provisioned_meanwhile(namespace: str, name: str, holder: str, seconds: int) -> str | None:
+        kube.acquire_lease = acquire  # type: ignore[method-assign]
+        other_pod = Condition(COND_RELEASE_INSTALLED, "True", "Installed", "by the other pod", 1)
+        write_status(
+            kube, live(kube), StatusUpdate(Phase.PROVISIONING, {"observedGeneration": 1}, conditions=(other_pod,))
+        )
+        return acquire(namespace, name, holder, seconds)
+
+    kube.acquire_lease = provisioned_meanwhile  # type: ignore[method-assign]
+    assert run_install(kube, helm, obj) is None
+    assert helm.operations == []
+    assert live(kube).status.phase == "Provisioning"
 
 
 # one helm operation per release across processes ------------------------------------------------
