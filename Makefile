@@ -65,7 +65,7 @@ test-cluster: tools-cluster lint typecheck
 	tools/isolated $(BIN)/pytest -m cluster tests/cluster $(ARGS)
 
 bench: tools
-	$(BIN)/python -m bench
+	tools/isolated $(BIN)/python -m bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

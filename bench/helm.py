@@ -1,6 +1,6 @@
 """Measure the pipeline against the raw cost of helm, on the local stack, and print a table.
 
-What it runs (``make bench``, or ``python -m bench --runs N``):
+What it runs (``python -m bench helm --runs N``):
 
 - raw ``helm upgrade --install`` of the vcluster chart, from the OCI registry (what Helm 3 does
   on every install: it downloads the chart again) and from a local chart folder (what the
@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import requests
@@ -34,6 +33,8 @@ from testbed.local.stack import Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
 
+from .burst import children, rss_mib
+from .report import Table, table
 from .workload import provision, tenant
 
 
@@ -44,18 +45,6 @@ def timed(fn: Callable[[], object], runs: int) -> list[float]:
         fn()
         samples.append(time.perf_counter() - started)
     return samples
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
 def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
@@ -129,14 +118,11 @@ def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
     return results
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str]) -> list[Table]:
+    parser = argparse.ArgumentParser(prog="python -m bench helm", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for quiet in ("werkzeug", "testbed.standins.kubelet"):
-        logging.getLogger(quiet).setLevel(logging.ERROR)
-    options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1)
+    args = parser.parse_args(argv)
+    options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1, resync_at_start=False, log_level="WARNING")
     with start_stack(options) as stack:
         results = bench(stack, args.runs)
         memory = {
@@ -149,21 +135,18 @@ def main() -> int:
             for proc in stack.supervisor.processes
             if proc.name in stack.eventing.processes or proc.name.startswith("pod-")
         }
-    print(f"\n| what ({args.runs} runs) | median s | min s | max s |")
-    print("|---|---:|---:|---:|")
-    for name, samples in results:
-        print(f"| {name} | {statistics.median(samples):.3f} | {min(samples):.3f} | {max(samples):.3f} |")
-    print("\n| function | worker RSS MiB |")
-    print("|---|---:|")
-    for service, mib in sorted(memory.items()):
-        print(f"| {service} | {mib:.1f} |")
-    print("\n| Knative process (host process; pod-* are the sources' adapters) | RSS MiB |")
-    print("|---|---:|")
-    for name, mib in sorted(knative.items()):
-        print(f"| {name} | {mib:.1f} |")
-    print(f"| total | {sum(knative.values()):.1f} |")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return [
+        table(
+            f"One at a time: helm alone against the pipeline ({args.runs} runs, seconds)",
+            ("what", "median", "min", "max"),
+            [(name, f"{statistics.median(s):.3f}", f"{min(s):.3f}", f"{max(s):.3f}") for name, s in results],
+        ),
+        table(
+            "Resident memory after the runs (MiB)",
+            ("process", "RSS"),
+            [(f"{service} (worker)", f"{mib:.1f}") for service, mib in sorted(memory.items())]
+            + [(f"Knative: {name}", f"{mib:.1f}") for name, mib in sorted(knative.items())]
+            + [("Knative: total", f"{sum(knative.values()):.1f}")],
+            ("pod-* are the sources' adapters, run as host processes.",),
+        ),
+    ]

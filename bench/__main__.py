@@ -1,0 +1,64 @@
+"""The benchmarks, by name: each prints its tables and appends them to bench/RESULTS.md.
+
+``python -m bench`` (``make bench``) runs the issue's set: ``burst``, ``coldstart`` and
+``resync``. ``python -m bench NAME [options]`` runs one (``python -m bench burst --help``):
+
+============  ===================================================================================
+name          measures
+============  ===================================================================================
+burst         N Tenants at once against sequential and parallel ``helm upgrade --install``
+              floors; where the time goes; per-hop latency; API requests and helm calls per
+              Tenant; poll accuracy; worker memory (``bench.burst``)
+coldstart     process start to first event answered per function; import cost per dependency
+              (``bench.coldstart``)
+resync        one resync pass over 1,000 settled Tenants: time, API requests, writes (``bench.resync``)
+helm          one Tenant at a time: raw helm against the install function and the whole pipeline
+              (``bench.helm``)
+============  ===================================================================================
+
+``python -m bench.startup`` (the stack's own start), ``python -m bench.tracing`` (what tracing
+costs) and ``python -m bench.cluster`` (the cluster tier) run on their own and print only.
+Figures are wall-clock on this machine; no test asserts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from .report import Table, record
+
+Benchmark = Callable[[Sequence[str]], list[Table]]
+
+
+def benchmarks() -> dict[str, Benchmark]:
+    from . import burst, coldstart, helm, resync
+
+    return {"burst": burst.main, "coldstart": coldstart.main, "resync": resync.main, "helm": helm.main}
+
+
+DEFAULT = ("burst", "coldstart", "resync")
+
+
+def main(argv: Sequence[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for quiet in ("werkzeug", "testbed.standins.kubelet"):
+        logging.getLogger(quiet).setLevel(logging.ERROR)
+    known = benchmarks()
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if argv and argv[0] in known:
+        record(argv[0], known[argv[0]](argv[1:]), argv)
+        return 0
+    if argv:
+        print(f"unknown benchmark {argv[0]!r}; known: {', '.join(known)}", file=sys.stderr)
+        return 2
+    for name in DEFAULT:
+        record(name, known[name]([]), [name])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,532 @@
+"""A burst of Tenants against helm's own floor, and what each Tenant cost on the way.
+
+``python -m bench burst --tenants 50 --runs 3`` starts the local stack (vCluster boot 0 s, poll
+1 s, no resync tick) with helm behind a counting wrapper (``HELM_EXECUTABLE``: the real helm,
+each invocation's subcommand appended to a file), provisions one Tenant to warm the chart cache,
+then ``runs`` times:
+
+1. creates N Tenants with one ``kubectl apply`` and records when each is first seen Ready;
+2. on the same control plane and chart folder, N plain ``helm upgrade --install`` one after the
+   other (the original operator's single reconcile worker: the sequential floor), and N at once
+   (the parallel floor), each release in a namespace of its own, with a Tenant's values.
+
+From the same runs, off the wire (the service proxy between Knative's broker and the functions)
+and from the functions' ``answered`` log lines (``shared.timing``), it prints:
+
+- **burst**: all Ready, per-Tenant time to Ready p50/p95/max, Tenants per minute, the floors,
+  and the pipeline's throughput as a multiple of each floor;
+- **where the time goes**: per Tenant, the median of the source and broker until install is
+  called, install (of which helm), the polls, the other steps, and the broker's gaps;
+- **per hop**: per function, delivery p50/p99 on the wire, in the function without helm, and
+  helm; the broker's added latency between a reply and the delivery of that reply;
+- **cost per Tenant**: API requests by verb and resource (the audit log; the functions' own
+  client and helm apart), helm invocations by subcommand, chart loads from the registry;
+- **poll accuracy**: a Tenant whose vCluster never boots, polled with the 1 s poll: the intervals
+  between check-ready's re-deliveries;
+- **memory**: each function's gunicorn worker's resident memory after the bursts.
+
+Figures are medians over the runs with their spread; ratios are taken within one run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared.kube import Kube
+from shared.tenant import Phase, Tenant
+from shared.values import vcluster_values
+from testbed.knative.broker_watch import Delivery
+from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from testbed.processes import run
+from testbed.registry import helm_env
+
+from .report import Table, ms, percentile, spread, table
+from .workload import provision, tenant
+
+log = logging.getLogger(__name__)
+
+FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
+OURS = f"system:serviceaccount:{TENANT_NAMESPACE}:"
+POLL_TENANT = "pollbench"
+POLL_SECONDS = 1
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One burst: when it began (time.time()), when each Tenant was first seen Ready."""
+
+    started: float
+    ready_at: Mapping[str, float]  # Tenant name -> time.time()
+    idle: float  # time.time() when the broker had nothing left to deliver
+
+    def during(self, at: float) -> bool:
+        return self.started <= at <= self.idle
+
+    @property
+    def seconds(self) -> float:
+        return max(self.ready_at.values()) - self.started
+
+    def to_ready(self) -> list[float]:
+        return [at - self.started for at in self.ready_at.values()]
+
+
+@dataclass(frozen=True)
+class Floors:
+    sequential: float
+    parallel: float
+
+
+def counting_helm(real: Path, folder: Path) -> tuple[Path, Path]:
+    """A helm that appends ``<time> <subcommand>`` to a file, then is the real helm (exec: same process)."""
+    calls = folder / "helm-calls.log"
+    wrapper = folder / "helm"
+    wrapper.write_text(f'#!/bin/sh\necho "$(date +%s.%N) $1" >> {calls}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    calls.touch()
+    return wrapper, calls
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def burst(stack: Stack, kube: Kube, names: Sequence[str], timeout: float) -> Burst:
+    manifest = "\n---\n".join(yaml.safe_dump(tenant(name)) for name in names)
+    started = time.time()
+    stack.kubectl("apply", "-f", "-", input=manifest)
+    ready_at: dict[str, float] = {}
+    wanted = set(names)
+    while wanted - ready_at.keys():
+        if time.time() - started > timeout:
+            raise RuntimeError(f"{len(ready_at)} of {len(names)} Tenants Ready after {timeout:.0f} s")
+        now = time.time()
+        for found in kube.list_tenants(TENANT_NAMESPACE, ""):
+            if found.name in wanted and found.name not in ready_at and found.status.phase == Phase.READY:
+                ready_at[found.name] = now
+        time.sleep(0.1)
+    if not stack.watch.wait_idle(120):
+        raise RuntimeError(f"the broker still has retries to make: {stack.watch.pending()}")
+    return Burst(started, ready_at, time.time())
+
+
+def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> Floors:
+    """N sequential and N parallel ``helm upgrade --install`` of the same chart folder and values."""
+    helm = [str(stack.tools.helm), f"--kubeconfig={stack.admin_kubeconfig}"]
+    env = os.environ | helm_env(stack.run_dir / "bench-helm")
+
+    def argv(kind: str, k: int) -> list[str]:
+        name = f"floor-{kind}-{run_no}-{k:03d}"
+        return [*helm, "upgrade", "--install", f"vc-{name}", str(chart), "-n", f"vcluster-{name}"] + [
+            "--create-namespace",
+            "-f",
+            str(values),
+        ]
+
+    began = time.perf_counter()
+    for k in range(count):
+        run(argv("seq", k), env=env)
+    sequential = time.perf_counter() - began
+    began = time.perf_counter()
+    procs = [
+        subprocess.Popen(argv("par", k), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for k in range(count)
+    ]
+    failed = [p.stderr.read().decode() if p.stderr else "" for p in procs if p.wait() != 0]
+    parallel = time.perf_counter() - began
+    if failed:
+        raise RuntimeError(f"{len(failed)} parallel helm installs failed: {failed[0]}")
+    return Floors(sequential, parallel)
+
+
+def covered(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length of the union of ``intervals``."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def subject_tenant(delivery: Delivery) -> str:
+    """The Tenant a delivery is about: the last segment of its subject (ours: ns/name;
+    the ApiServerSource's: the object's path)."""
+    return (delivery.subject or "").rsplit("/", 1)[-1]
+
+
+def answered_lines(log_dir: Path, services: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """event id + service -> the function's ``answered`` record (the last one per id: a retry
+    of the same event is answered again)."""
+    found: dict[str, dict[str, Any]] = {}
+    for service in services:
+        for line in lines(log_dir / f"{service}.log"):
+            if '"answered"' not in line:
+                continue
+            try:
+                record_ = json.loads(line)
+            except ValueError:
+                continue
+            if record_.get("message") == "answered" and record_.get("id"):
+                found[f"{service}/{record_['id']}/{record_.get('status')}"] = record_
+    return found
+
+
+def broker_gaps(deliveries: Sequence[Delivery], replies_from: Mapping[str, Delivery]) -> dict[str, list[float]]:
+    """Per hop "a -> b": from a's reply answered to the broker delivering that reply to b."""
+    gaps: dict[str, list[float]] = defaultdict(list)
+    for d in deliveries:
+        if d.target != "subscriber":
+            continue
+        source = replies_from.get(d.event_id)
+        if source is not None and source.service != d.service:
+            gaps[f"{source.service.removeprefix('tenant-')} -> {d.service.removeprefix('tenant-')}"].append(
+                d.time - source.finished
+            )
+    return gaps
+
+
+def replies_by_id(stack: Stack, deliveries: Sequence[Delivery]) -> dict[str, Delivery]:
+    """The reply event id -> the delivery that answered with it (the proxy keeps the reply's ce-id)."""
+    reply_of = {(h.started, h.service): h.response["ce-id"] for h in stack.proxy.hops() if h.response.get("ce-id")}
+    return {reply_of[(d.time, d.service)]: d for d in deliveries if (d.time, d.service) in reply_of}
+
+
+def poll_intervals(stack: Stack, kube: Kube, polls: int) -> tuple[list[float], list[float]]:
+    """Re-delivery intervals of check-ready for a Tenant whose vCluster never boots:
+    (answer -> next delivery, start -> start)."""
+    provisioned = time.time()
+    stack.kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant(POLL_TENANT)))
+    deadline = provisioned + 30 + polls * (POLL_SECONDS + 1)
+
+    def checks() -> list[Delivery]:
+        return [
+            d
+            for d in stack.watch.deliveries()
+            if d.service == "tenant-check-ready" and d.time >= provisioned and subject_tenant(d) == POLL_TENANT
+        ]
+
+    while len(checks()) < polls + 1 and time.time() < deadline:
+        time.sleep(0.5)
+    found = checks()
+    stack.kubectl("delete", "kt", POLL_TENANT, "-n", TENANT_NAMESPACE, "--wait=false")
+    by_event: dict[str, list[Delivery]] = defaultdict(list)
+    for d in found:
+        by_event[d.event_id].append(d)
+    gaps, periods = [], []
+    for attempts in by_event.values():
+        for a, b in zip(attempts, attempts[1:], strict=False):
+            gaps.append(b.time - a.finished)
+            periods.append(b.time - a.time)
+    return gaps, periods
+
+
+def worker_rss(stack: Stack) -> dict[str, float]:
+    memory: dict[str, float] = {}
+    for proc in stack.supervisor.processes:
+        if proc.name in stack.function_urls:
+            workers = children(proc.pid)
+            memory[proc.name] = max((rss_mib(pid) for pid in workers), default=0.0)
+    return memory
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+
+def burst_table(n: int, bursts: Sequence[Burst], floors_: Sequence[Floors]) -> Table:
+    per_minute = [n / b.seconds * 60 for b in bursts]
+    seq_ratio = [f.sequential / b.seconds for b, f in zip(bursts, floors_, strict=True)]
+    par_ratio = [f.parallel / b.seconds for b, f in zip(bursts, floors_, strict=True)]
+    to_ready = [b.to_ready() for b in bursts]
+    rows = [
+        ("pipeline: all N Ready (s)", spread([b.seconds for b in bursts])),
+        ("  per Tenant to Ready p50 (s)", spread([statistics.median(t) for t in to_ready])),
+        ("  per Tenant to Ready p95 (s)", spread([percentile(t, 95) for t in to_ready])),
+        ("  per Tenant to Ready max (s)", spread([max(t) for t in to_ready])),
+        ("  Tenants per minute", spread(per_minute, digits=0)),
+        ("sequential helm upgrade --install x N (s)", spread([f.sequential for f in floors_])),
+        ("parallel helm upgrade --install x N (s)", spread([f.parallel for f in floors_])),
+        ("pipeline throughput / sequential floor", spread(seq_ratio) + "x"),
+        ("pipeline throughput / parallel floor", spread(par_ratio) + "x"),
+    ]
+    return table(
+        f"Burst: {n} Tenants at once, vCluster boot 0 s, poll 1 s ({len(bursts)} runs: median (min-max))",
+        ("what", "figure"),
+        rows,
+        ("A ratio above 1 is faster than that floor. The floors run helm alone: no Tenant, no status, no broker.",),
+    )
+
+
+def where_table(
+    bursts: Sequence[Burst], deliveries: Sequence[Delivery], answered: Mapping[str, Mapping[str, Any]]
+) -> Table:
+    parts: dict[str, list[float]] = defaultdict(list)
+    for b in bursts:
+        window = [d for d in deliveries if b.during(d.time)]
+        by_tenant: dict[str, list[Delivery]] = defaultdict(list)
+        for d in window:
+            by_tenant[subject_tenant(d)].append(d)
+        for name, ready in b.ready_at.items():
+            mine = sorted(by_tenant.get(name, []), key=lambda d: d.time)
+            installs = [d for d in mine if d.service == "tenant-install"]
+            if not installs:
+                continue
+            helm = sum(
+                float(answered.get(f"{d.service}/{d.event_id}/{d.status}", {}).get("helm_seconds", 0.0))
+                for d in installs
+            )
+            checks = [d for d in mine if d.service == "tenant-check-ready"]
+            rest = [d for d in mine if d.service in ("tenant-store-kubeconfig", "tenant-notify-api")]
+            busy = covered([(d.time, min(d.finished, ready)) for d in mine if installs[0].time <= d.time <= ready])
+            parts["created -> install first called (source, broker, queue)"].append(installs[0].time - b.started)
+            parts["install deliveries, all (summed)"].append(sum(d.finished - d.time for d in installs))
+            parts["install deliveries, all (wall, overlaps once)"].append(
+                covered([(d.time, d.finished) for d in installs])
+            )
+            parts["  of which helm"].append(helm)
+            parts["check-ready deliveries, all"].append(sum(d.finished - d.time for d in checks))
+            parts["check-ready re-deliveries (polls)"].append(max(0, len(checks) - 1))
+            parts["store-kubeconfig + notify-api deliveries"].append(sum(d.finished - d.time for d in rest))
+            parts["not in a function (broker hops, poll waits)"].append(ready - installs[0].time - busy)
+            parts["created -> first seen Ready"].append(ready - b.started)
+    rows = []
+    for label, samples in parts.items():
+        rows.append(
+            (label, f"{statistics.median(samples):.0f}" if "polls" in label else f"{statistics.median(samples):.3f}")
+        )
+    return table(
+        "Where a burst Tenant's time goes (median over all Tenants of all runs, seconds)",
+        ("part", "median"),
+        rows,
+        (
+            "install deliveries include those of the Tenant's own status updates (each reads, has nothing to do).",
+            "'not in a function': first install call to Ready, minus the time a function held one of its deliveries.",
+        ),
+    )
+
+
+def hop_table(
+    deliveries: Sequence[Delivery], answered: Mapping[str, Mapping[str, Any]], gaps: Mapping[str, list[float]]
+) -> Table:
+    rows = []
+    for service in FUNCTIONS:
+        mine = [d for d in deliveries if d.service == service and d.target == "subscriber"]
+        if not mine:
+            continue
+        wire = [d.finished - d.time for d in mine]
+        records = [answered.get(f"{service}/{d.event_id}/{d.status}") for d in mine]
+        own = [float(r["seconds"]) - float(r["helm_seconds"]) for r in records if r]
+        helm = [float(r["helm_seconds"]) for r in records if r and r["helm_operations"]]
+        rows.append(
+            (
+                service,
+                str(len(mine)),
+                ms(statistics.median(wire)),
+                ms(percentile(wire, 99)),
+                ms(statistics.median(own)) if own else "n/a",
+                ms(percentile(own, 99)) if own else "n/a",
+                ms(statistics.median(helm)) if helm else "-",
+            )
+        )
+    for hop, samples in sorted(gaps.items()):
+        rows.append(
+            (
+                f"broker: {hop}",
+                str(len(samples)),
+                ms(statistics.median(samples)),
+                ms(percentile(samples, 99)),
+                "",
+                "",
+                "",
+            )
+        )
+    return table(
+        "Per hop, all deliveries of the bursts (ms)",
+        ("function / hop", "deliveries", "wire p50", "wire p99", "own p50 (no helm)", "own p99 (no helm)", "helm p50"),
+        rows,
+        (
+            "wire: the broker's request sent to the answer received (service proxy); own: the function's "
+            "'answered' line, seconds minus helm_seconds.",
+            "broker a -> b: a's reply answered to the broker delivering that reply to b (ingress, channel, filter).",
+        ),
+    )
+
+
+def cost_table(
+    stack: Stack, n_total: int, bursts: Sequence[Burst], helm_calls: Path, charts: Mapping[str, int]
+) -> Table:
+    assert stack.control_plane is not None
+    audit = lines(stack.control_plane.audit_log)
+    helm_lines = lines(helm_calls)
+    by_request: Counter[tuple[str, str]] = Counter()
+    by_helm: Counter[str] = Counter()
+    for line in audit:
+        entry = json.loads(line)
+        user = entry["user"]["username"]
+        if not user.startswith(OURS) or entry.get("stage") != "ResponseComplete" or not entry.get("objectRef"):
+            continue
+        at = datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        if not any(b.during(at) for b in bursts):
+            continue
+        who = "helm" if entry.get("userAgent", "").lower().startswith("helm") else "client"
+        ref = entry["objectRef"]
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        by_request[(who, f"{entry['verb']} {resource}")] += 1
+    for line in helm_lines:
+        at_text, _, sub = line.partition(" ")
+        if any(b.during(float(at_text)) for b in bursts):
+            by_helm[sub] += 1
+    rows = []
+    for who in ("client", "helm"):
+        mine = {k[1]: v for k, v in by_request.items() if k[0] == who}
+        total = sum(mine.values())
+        rows.append((f"API requests by the functions' {who}", f"{total / n_total:.1f}"))
+        for key, count in sorted(mine.items(), key=lambda kv: -kv[1]):
+            rows.append((f"  {key}", f"{count / n_total:.2f}"))
+    rows.append(("helm invocations", f"{sum(by_helm.values()) / n_total:.2f}"))
+    for sub, count in sorted(by_helm.items(), key=lambda kv: -kv[1]):
+        rows.append((f"  helm {sub}", f"{count / n_total:.2f}"))
+    rows.append(("chart loads from the registry (whole run, all processes)", str(charts.get("registry", 0))))
+    rows.append(("chart loads from the cache on disk (whole run)", str(charts.get("cache", 0))))
+    return table(
+        f"Cost per provisioned Tenant ({n_total} Tenants over {len(bursts)} bursts)",
+        ("what", "per Tenant"),
+        rows,
+        (
+            "From the API server's audit log (stage ResponseComplete), users system:serviceaccount:"
+            f"{TENANT_NAMESPACE}:tenant-*; helm's own requests told apart by their user agent.",
+            "helm invocations: every process the functions started (HELM_EXECUTABLE counting wrapper), by subcommand.",
+        ),
+    )
+
+
+def poll_table(gaps: Sequence[float], periods: Sequence[float]) -> Table:
+    rows = [
+        ("re-deliveries measured", str(len(gaps))),
+        ("answer -> next delivery p50 (s)", f"{statistics.median(gaps):.3f}" if gaps else "n/a"),
+        ("answer -> next delivery min-max (s)", f"{min(gaps):.3f}-{max(gaps):.3f}" if gaps else "n/a"),
+        ("start -> next start p50 (s)", f"{statistics.median(periods):.3f}" if periods else "n/a"),
+    ]
+    return table(
+        f"Poll accuracy: check-ready 503 + Retry-After: {POLL_SECONDS}, a vCluster that never boots",
+        ("what", "figure"),
+        rows,
+        ("Knative's dispatcher waits Retry-After after the answer (retryAfterMax caps it).",),
+    )
+
+
+def memory_table(memory: Mapping[str, float]) -> Table:
+    return table(
+        "Resident memory of each function's gunicorn worker after the bursts (MiB)",
+        ("function", "worker RSS"),
+        [(service, f"{mib:.1f}") for service, mib in sorted(memory.items())],
+    )
+
+
+def chart_loads(stack: Stack) -> dict[str, int]:
+    """kubeopera_tenant_chart_loads_total by source, summed over the functions."""
+    import requests
+
+    totals: Counter[str] = Counter()
+    for url in stack.function_urls.values():
+        text = requests.get(url.rstrip("/") + "/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("kubeopera_tenant_chart_loads_total{"):
+                source = line.split('source="', 1)[1].split('"', 1)[0]
+                totals[source] += int(float(line.rsplit(" ", 1)[1]))
+    return dict(totals)
+
+
+def main(argv: Sequence[str]) -> list[Table]:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench burst", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--tenants", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--polls", type=int, default=10, help="check-ready re-deliveries to time (default 10)")
+    parser.add_argument("--threads", type=int, default=None, help="GUNICORN_THREADS of every function")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-burst-") as folder:
+        from testbed.toolchain import ensure_all
+
+        wrapper, helm_calls = counting_helm(ensure_all().helm, Path(folder))
+        env = {"HELM_EXECUTABLE": str(wrapper)} | ({"GUNICORN_THREADS": str(args.threads)} if args.threads else {})
+        options = StackOptions(
+            vcluster_boot_seconds=0,
+            ready_poll_seconds=POLL_SECONDS,
+            resync_at_start=False,
+            vcluster_never_boot=f"^vc-{POLL_TENANT}$",
+            function_env=env,
+        )
+        with start_stack(options) as stack:
+            kube = Kube.connect(stack.admin_kubeconfig)
+            try:
+                provision(stack, kube, "warm-up")  # the chart pulled into each function's cache
+                chart, values = floor_inputs(stack, kube, Path(folder))
+                bursts, floors_ = [], []
+                for r in range(args.runs):
+                    names = [f"burst{r}-{k:03d}" for k in range(args.tenants)]
+                    bursts.append(burst(stack, kube, names, timeout=120 + 10 * args.tenants))
+                    floors_.append(floors(stack, chart, values, r, args.tenants))
+                    log.warning("run %d: burst %.1f s, floors %s", r, bursts[-1].seconds, floors_[-1])
+                deliveries = stack.watch.deliveries()
+                answered = answered_lines(stack.log_dir(), FUNCTIONS)
+                window = [d for b in bursts for d in deliveries if b.during(d.time)]
+                gaps = broker_gaps(window, replies_by_id(stack, window))
+                memory = worker_rss(stack)
+                charts = chart_loads(stack)
+                poll_gaps, poll_periods = poll_intervals(stack, kube, args.polls)
+                cost = cost_table(stack, args.tenants * args.runs, bursts, helm_calls, charts)  # before teardown
+            finally:
+                kube.close()
+        return [
+            burst_table(args.tenants, bursts, floors_),
+            where_table(bursts, deliveries, answered),
+            hop_table(window, answered, gaps),
+            cost,
+            poll_table(poll_gaps, poll_periods),
+            memory_table(memory),
+        ]
+
+
+def floor_inputs(stack: Stack, kube: Kube, folder: Path) -> tuple[Path, Path]:
+    """The chart folder the install function loaded, and a Tenant's values as install renders them."""
+    charts = sorted((stack.run_dir / "charts" / "tenant-install").glob("*/Chart.yaml"))
+    if not charts:
+        raise RuntimeError("the install function has no chart in its cache after the warm-up")
+    warm = kube.get_tenant(TENANT_NAMESPACE, "warm-up")
+    assert isinstance(warm, Tenant)
+    values = folder / "values.yaml"
+    values.write_text(yaml.safe_dump(vcluster_values(warm, "local")))
+    return charts[0].parent, values
