@@ -1,0 +1,33 @@
+"""What a function's process loads: helm's client only where a function runs helm, the
+OpenTelemetry SDK only when tracing is on (cold start and memory, bench/coldstart.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HELM_FREE = ("functions.store_kubeconfig", "functions.notify_api", "functions.dead_letter", "functions.resync")
+
+
+def loaded(statement: str, *modules: str) -> dict[str, bool]:
+    probe = f"import sys\n{statement}\nprint(*[m in sys.modules for m in {modules!r}])"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    return dict(zip(modules, (word == "True" for word in out), strict=True))
+
+
+@pytest.mark.parametrize("module", HELM_FREE)
+def test_a_function_that_runs_no_helm_does_not_load_its_client(module: str) -> None:
+    assert loaded(f"import {module}", "pyhelm3", "shared.helm") == {"pyhelm3": False, "shared.helm": False}
+
+
+def test_a_function_that_runs_helm_loads_it() -> None:
+    assert loaded("import functions.install", "pyhelm3")["pyhelm3"] is True
+
+
+def test_the_tracing_sdk_is_loaded_only_when_tracing_is_on() -> None:
+    off = "import shared.tracing\nassert not shared.tracing.configure('t', {})"
+    on = "import shared.tracing\nassert shared.tracing.configure('t', {'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:9'})"
+    assert loaded(off, "opentelemetry.sdk.trace")["opentelemetry.sdk.trace"] is False
+    assert loaded(on, "opentelemetry.sdk.trace")["opentelemetry.sdk.trace"] is True
