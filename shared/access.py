@@ -25,6 +25,11 @@ another namespace, and the garbage collector reads an owner in another namespace
 deletes the dependent. cleanup's deletion of the namespace takes them with it.
 
 Each is read first and written only when missing or different, so a second run writes nothing.
+A process remembers for ``RECHECK_SECONDS`` which Tenants' grants it has just ensured, and
+``grant_if_ours`` does not read them again in that time: in a burst the ApiServerSource brings
+each Tenant's own status writes back to install several times, and each would otherwise read the
+namespace, the Role and three RoleBindings. A grant changed by hand is therefore put back by the
+first delivery after that window (or at once by a full install run, which always checks).
 A read in the namespace that the API server refuses (403) while the grant is not in force yet is
 temporary (``granted_at_run_time``); see the note on 403 in ``shared.kube``.
 """
@@ -32,6 +37,8 @@ temporary (``granted_at_run_time``); see the note on 403 in ``shared.kube``.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -102,6 +109,33 @@ def namespace_grants(tenant: Tenant, service_namespace: str) -> Grants:
     )
 
 
+RECHECK_SECONDS = 300.0
+_ensured: dict[tuple[str, str], float] = {}  # (namespace, Tenant uid) -> when (time.monotonic())
+_ensured_guard = threading.Lock()
+
+
+def recently_ensured(tenant: Tenant) -> bool:
+    """Did this process ensure this Tenant's grants less than ``RECHECK_SECONDS`` ago?"""
+    with _ensured_guard:
+        at = _ensured.get((tenant.spec.names.namespace, tenant.uid))
+    return at is not None and time.monotonic() - at < RECHECK_SECONDS
+
+
+def forget_ensured() -> None:
+    """Forget every remembered grant (the unit tests start each test from nothing)."""
+    with _ensured_guard:
+        _ensured.clear()
+
+
+def _remember(tenant: Tenant) -> None:
+    now = time.monotonic()
+    with _ensured_guard:
+        if len(_ensured) >= 4096:  # bounded: drop what is out of the window
+            for key in [k for k, at in _ensured.items() if now - at >= RECHECK_SECONDS]:
+                del _ensured[key]
+        _ensured[(tenant.spec.names.namespace, tenant.uid)] = now
+
+
 def grant(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
     """Make the namespace's Roles and RoleBindings what ``namespace_grants`` says (the namespace
     must be this Tenant's: the caller has judged it). Returns how many writes it took."""
@@ -110,13 +144,17 @@ def grant(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
     writes += sum(_ensure_binding(kube, binding) for binding in wanted.bindings)
     if writes:
         log.info("functions' access granted in the namespace", extra={"namespace": tenant.spec.names.namespace})
+    _remember(tenant)
     return writes
 
 
 def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
     """``grant``, if the namespace exists, is not being deleted and carries this Tenant's uid:
     for install's deliveries that otherwise leave the Tenant alone, so a Tenant made before
-    these grants existed gets them on its next delivery (and its cleanup can work)."""
+    these grants existed gets them on its next delivery (and its cleanup can work). Nothing is
+    read when this process ensured them less than ``RECHECK_SECONDS`` ago."""
+    if recently_ensured(tenant):
+        return 0
     found = kube.get_namespace(tenant.spec.names.namespace)
     if found is None or found.terminating:
         return 0

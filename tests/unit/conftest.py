@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from shared import access
+
 from .fakes import FakeHelm, FakeKube, FakeKubeoperaApi
 
 
@@ -21,3 +23,9 @@ def helm(kube: FakeKube) -> FakeHelm:
 @pytest.fixture
 def api() -> FakeKubeoperaApi:
     return FakeKubeoperaApi()
+
+
+@pytest.fixture(autouse=True)
+def _no_remembered_grants() -> None:
+    """shared.access remembers per process which grants it ensured; each test starts from none."""
+    access.forget_ensured()
