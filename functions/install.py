@@ -3,7 +3,9 @@
 Takes ``dev.knative.apiserver.resource.add`` / ``.update``, and resync's
 ``io.kubeopera.tenant.install``. Re-reads the Tenant and leaves it
 alone when it is Failed (it waits for a patch to Pending), being deleted (cleanup's work), or
-already provisioned for its current generation. Otherwise, in this order:
+already provisioned for its current generation (an update whose own object shows that, for a
+Tenant this process provisioned moments ago, is answered without reading it: ``settled_here``).
+Otherwise, in this order:
 
 1. a Tenant seen for the first time is written as phase Pending;
 2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
@@ -81,6 +83,32 @@ def skip_reason(tenant: Tenant) -> str | None:
     if is_settled(tenant) and tenant.has_finalizer:
         return "tenant already provisioned for this generation"
     return None
+
+
+def settled_here(event: BaseCloudEvent) -> bool:
+    """An ApiServerSource update whose own Tenant object is settled for its generation, with the
+    finalizer, not being deleted, and whose grants this process ensured moments ago
+    (``access.recently_ensured``): the Tenant's own Provisioning, Ready or callback write coming
+    back to the process that provisioned it, answered without an API call. Only a hint, and safe
+    to act on by doing nothing: a later change of the Tenant is an event of its own, judged on its
+    own object; resync covers a lost one; a deletion is never skipped this way."""
+    if event.get_type() != events.APISERVER_UPDATE:
+        return False
+    data = event.get_data()
+    if not isinstance(data, dict):
+        return False
+    try:
+        tenant = Tenant.from_object(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False  # not a Tenant we can judge: the full path reads the live one
+    return not tenant.deleting and tenant.has_finalizer and is_settled(tenant) and access.recently_ensured(tenant)
+
+
+def deliver(kube: Kube, helm: Helm, settings: Settings, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+    if settled_here(event):
+        log.info("tenant already provisioned for this generation, as its own object shows")
+        return None
+    return handle(kube, helm, settings, ref)
 
 
 def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
@@ -186,7 +214,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
             name=NAME,
             namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.INSTALL}),
-            handle=lambda event, ref: handle(rt.kube, helm, rt.settings, ref),
+            handle=lambda event, ref: deliver(rt.kube, helm, rt.settings, event, ref),
             on_permanent=rt.mark_failed,
             ready=chart_ready,
         ),

@@ -20,7 +20,7 @@ from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, store_kubeconfig
-from shared import events, locks
+from shared import access, events, locks
 from shared.errors import (
     NotReadyYet,
     OwnershipConflict,
@@ -1216,6 +1216,34 @@ def test_install_that_waited_for_the_release_finds_it_provisioned_and_adds_nothi
     assert run_install(kube, helm, obj) is None
     assert helm.operations == []
     assert live(kube).status.phase == "Provisioning"
+
+
+def test_its_own_status_write_coming_back_to_the_process_that_provisioned_it_costs_no_api_call(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    obj = provision(kube, helm)  # Provisioning, the finalizer, the grants ensured by this process
+    calls = dict(kube.calls)
+    assert install.deliver(kube, helm, SETTINGS, apiserver_event(obj), ref_of(obj)) is None
+    assert dict(kube.calls) == calls and helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
+
+
+@pytest.mark.parametrize("case", ["another process", "deleting", "add", "not settled"])
+def test_the_own_object_hint_is_taken_only_for_a_settled_update_this_process_provisioned(
+    kube: FakeKube, helm: FakeHelm, case: str
+) -> None:
+    obj = provision(kube, helm)
+    event = apiserver_event(obj)
+    if case == "another process":
+        access.forget_ensured()  # provisioned by another pod, or longer ago than RECHECK_SECONDS
+    elif case == "deleting":
+        event = apiserver_event(kube.delete_tenant(TENANT_NAMESPACE, "bob-dev") or obj)
+    elif case == "add":
+        event = apiserver_event(obj, events.APISERVER_ADD)
+    else:
+        event = apiserver_event(kube.set_phase(TENANT_NAMESPACE, "bob-dev", "Pending"))
+    reads = kube.calls["get_tenant"]
+    install.deliver(kube, helm, SETTINGS, event, ref_of(obj))
+    assert kube.calls["get_tenant"] > reads, "the live Tenant was read"
 
 
 # one helm operation per release across processes ------------------------------------------------
