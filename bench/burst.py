@@ -6,7 +6,8 @@ each invocation's subcommand appended to a file), provisions one Tenant to warm 
 then ``runs`` times:
 
 1. creates N Tenants with one ``kubectl apply`` and records when each is first seen Ready;
-2. on the same control plane and chart folder, N plain ``helm upgrade --install`` one after the
+2. deletes them (cleanup uninstalls each release) and waits until all are gone;
+3. on the same control plane and chart folder, N plain ``helm upgrade --install`` one after the
    other (the original operator's single reconcile worker: the sequential floor), and N at once
    (the parallel floor), each release in a namespace of its own, with a Tenant's values.
 
@@ -36,6 +37,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,6 +74,7 @@ class Burst:
     started: float
     ready_at: Mapping[str, float]  # Tenant name -> time.time()
     idle: float  # time.time() when the broker had nothing left to deliver
+    cpu: Mapping[str, float]  # CPU seconds by part of the stack, from apply to idle
 
     def during(self, at: float) -> bool:
         return self.started <= at <= self.idle
@@ -104,23 +107,83 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def burst(stack: Stack, kube: Kube, names: Sequence[str], timeout: float) -> Burst:
+class PhaseWatch:
+    """``kubectl get tenants --watch``: when each Tenant was first seen in phase Ready. One watch
+    stream costs the API server next to nothing; polling a list of N Tenants ten times a second
+    would take CPU from the pipeline being measured."""
+
+    def __init__(self, stack: Stack) -> None:
+        argv = [str(stack.tools.kubectl), f"--kubeconfig={stack.admin_kubeconfig}", "get", "kt", "-n"]
+        argv += [TENANT_NAMESPACE, "--watch", "--no-headers", "-o", "custom-columns=N:.metadata.name,P:.status.phase"]
+        self.ready_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            now = time.time()
+            fields = line.split()
+            if len(fields) == 2 and fields[1] == Phase.READY.value:
+                with self._lock:
+                    self.ready_at.setdefault(fields[0], now)
+
+    def ready(self, names: Iterable[str]) -> dict[str, float]:
+        with self._lock:
+            return {n: self.ready_at[n] for n in names if n in self.ready_at}
+
+    def close(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(10)
+
+
+def burst(stack: Stack, watch: PhaseWatch, names: Sequence[str], timeout: float) -> Burst:
     manifest = "\n---\n".join(yaml.safe_dump(tenant(name)) for name in names)
+    cpu_before = cpu_by_part(stack)
     started = time.time()
     stack.kubectl("apply", "-f", "-", input=manifest)
-    ready_at: dict[str, float] = {}
-    wanted = set(names)
-    while wanted - ready_at.keys():
+    while len(ready_at := watch.ready(names)) < len(names):
         if time.time() - started > timeout:
             raise RuntimeError(f"{len(ready_at)} of {len(names)} Tenants Ready after {timeout:.0f} s")
-        now = time.time()
-        for found in kube.list_tenants(TENANT_NAMESPACE, ""):
-            if found.name in wanted and found.name not in ready_at and found.status.phase == Phase.READY:
-                ready_at[found.name] = now
-        time.sleep(0.1)
+        time.sleep(0.5)
     if not stack.watch.wait_idle(120):
         raise RuntimeError(f"the broker still has retries to make: {stack.watch.pending()}")
-    return Burst(started, ready_at, time.time())
+    idle = time.time()
+    cpu = {part: seconds - cpu_before.get(part, 0.0) for part, seconds in cpu_by_part(stack).items()}
+    return Burst(started, ready_at, idle, cpu)
+
+
+def delete_tenants(stack: Stack, kube: Kube, names: Sequence[str], timeout: float) -> float:
+    """Delete the Tenants, wait until they are gone (cleanup uninstalled their releases and their
+    namespaces are gone) and the broker is idle; the seconds until the last was gone."""
+    began = time.time()
+    stack.kubectl("delete", "kt", *names, "-n", TENANT_NAMESPACE, "--wait=false")
+    wanted = set(names)
+    while wanted & {t.name for t in kube.list_tenants(TENANT_NAMESPACE, "")}:
+        if time.time() - began > timeout:
+            raise RuntimeError(f"Tenants not gone after {timeout:.0f} s")
+        time.sleep(0.5)
+    gone = time.time() - began
+    if not stack.watch.wait_idle(120):
+        raise RuntimeError(f"the broker still has retries to make: {stack.watch.pending()}")
+    return gone
+
+
+def delete_namespaces(stack: Stack, prefix: str, timeout: float = 300) -> None:
+    """Delete the namespaces named ``prefix*`` and wait until they are gone: the test bed's
+    Service range (a /24) holds 254 ClusterIPs, one per vCluster."""
+    began = time.time()
+    while True:
+        found = [n.split("/", 1)[1] for n in stack.kubectl("get", "namespaces", "-o", "name").split()]
+        mine = [n for n in found if n.startswith(prefix)]
+        if not mine:
+            return
+        if time.time() - began > timeout:
+            raise RuntimeError(f"{len(mine)} namespaces {prefix}* not gone after {timeout:.0f} s")
+        stack.kubectl("delete", "namespace", *mine, "--wait=false", "--ignore-not-found")
+        time.sleep(1)
 
 
 def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> Floors:
@@ -140,6 +203,7 @@ def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> 
     for k in range(count):
         run(argv("seq", k), env=env)
     sequential = time.perf_counter() - began
+    delete_namespaces(stack, f"vcluster-floor-seq-{run_no}-")
     began = time.perf_counter()
     procs = [
         subprocess.Popen(argv("par", k), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -149,6 +213,7 @@ def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> 
     parallel = time.perf_counter() - began
     if failed:
         raise RuntimeError(f"{len(failed)} parallel helm installs failed: {failed[0]}")
+    delete_namespaces(stack, f"vcluster-floor-par-{run_no}-")
     return Floors(sequential, parallel)
 
 
@@ -235,6 +300,45 @@ def poll_intervals(stack: Stack, kube: Kube, polls: int) -> tuple[list[float], l
     return gaps, periods
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(own, reaped children's) CPU seconds of a process: utime+stime, cutime+cstime."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return (utime + stime) / TICKS, (cutime + cstime) / TICKS
+
+
+def cpu_by_part(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far by part of the stack. A function's helm processes are its worker's
+    reaped children (cutime); gunicorn's master and the Python worker are the function's own."""
+    parts: dict[str, float] = defaultdict(float)
+    for proc in stack.supervisor.processes:
+        pids = [proc.pid, *children(proc.pid)]
+        own = sum(cpu_seconds(pid)[0] for pid in pids)
+        reaped = sum(cpu_seconds(pid)[1] for pid in pids)
+        if proc.name in stack.function_urls:
+            parts["functions (Python)"] += own
+            parts["helm, run by the functions"] += reaped
+            continue
+        if proc.name in ("kube-apiserver", "etcd", "kube-controller-manager"):
+            part = proc.name
+        elif proc.name in stack.eventing.processes:
+            part = "Knative Eventing (broker, channel, controllers)"
+        elif proc.name.startswith("pod-"):
+            part = "Knative sources' adapters"
+        else:
+            part = "test bed stand-ins and proxy"
+        parts[part] += own + reaped
+    own, reaped = cpu_seconds(os.getpid())
+    parts["this benchmark (kubectl, watch)"] += own + reaped
+    return dict(parts)
+
+
 def worker_rss(stack: Stack) -> dict[str, float]:
     memory: dict[str, float] = {}
     for proc in stack.supervisor.processes:
@@ -262,7 +366,7 @@ def children(pid: int) -> list[int]:
 # -- tables -----------------------------------------------------------------------------------
 
 
-def burst_table(n: int, bursts: Sequence[Burst], floors_: Sequence[Floors]) -> Table:
+def burst_table(n: int, bursts: Sequence[Burst], floors_: Sequence[Floors], deletions: Sequence[float]) -> Table:
     per_minute = [n / b.seconds * 60 for b in bursts]
     seq_ratio = [f.sequential / b.seconds for b, f in zip(bursts, floors_, strict=True)]
     par_ratio = [f.parallel / b.seconds for b, f in zip(bursts, floors_, strict=True)]
@@ -273,6 +377,7 @@ def burst_table(n: int, bursts: Sequence[Burst], floors_: Sequence[Floors]) -> T
         ("  per Tenant to Ready p95 (s)", spread([percentile(t, 95) for t in to_ready])),
         ("  per Tenant to Ready max (s)", spread([max(t) for t in to_ready])),
         ("  Tenants per minute", spread(per_minute, digits=0)),
+        ("then all N deleted: all gone (s)", spread(deletions)),
         ("sequential helm upgrade --install x N (s)", spread([f.sequential for f in floors_])),
         ("parallel helm upgrade --install x N (s)", spread([f.parallel for f in floors_])),
         ("pipeline throughput / sequential floor", spread(seq_ratio) + "x"),
@@ -331,6 +436,31 @@ def where_table(
             "install deliveries include those of the Tenant's own status updates (each reads, has nothing to do).",
             "'not in a function': first install call to Ready, minus the time a function held one of its deliveries.",
         ),
+    )
+
+
+def cpu_table(n: int, bursts: Sequence[Burst]) -> Table:
+    parts = sorted(
+        {p for b in bursts for p in b.cpu}, key=lambda p: -statistics.median(b.cpu.get(p, 0) for b in bursts)
+    )
+    totals = [sum(b.cpu.values()) for b in bursts]
+    capacity = [len(os.sched_getaffinity(0)) * (b.idle - b.started) for b in bursts]
+    rows = [
+        (
+            part,
+            spread([b.cpu.get(part, 0.0) for b in bursts], digits=1),
+            f"{statistics.median(b.cpu.get(part, 0.0) / t for b, t in zip(bursts, totals, strict=True)) * 100:.0f}%",
+            f"{statistics.median(b.cpu.get(part, 0.0) for b in bursts) / n * 1000:.0f}",
+        )
+        for part in parts
+    ]
+    rows.append(("all", spread(totals, digits=1), "100%", f"{statistics.median(totals) / n * 1000:.0f}"))
+    busy = statistics.median(t / c for t, c in zip(totals, capacity, strict=True)) * 100
+    return table(
+        "Where the CPU goes during a burst (apply to broker idle; CPU seconds)",
+        ("part", "CPU s", "share", "ms per Tenant"),
+        rows,
+        (f"The machine's cores were {busy:.0f}% busy over the bursts (CPU seconds / cores x wall time).",),
     )
 
 
@@ -491,15 +621,19 @@ def main(argv: Sequence[str]) -> list[Table]:
         )
         with start_stack(options) as stack:
             kube = Kube.connect(stack.admin_kubeconfig)
+            phases = PhaseWatch(stack)
             try:
                 provision(stack, kube, "warm-up")  # the chart pulled into each function's cache
                 chart, values = floor_inputs(stack, kube, Path(folder))
-                bursts, floors_ = [], []
+                bursts, floors_, deletions = [], [], []
                 for r in range(args.runs):
                     names = [f"burst{r}-{k:03d}" for k in range(args.tenants)]
-                    bursts.append(burst(stack, kube, names, timeout=120 + 10 * args.tenants))
+                    bursts.append(burst(stack, phases, names, timeout=120 + 10 * args.tenants))
+                    deletions.append(delete_tenants(stack, kube, names, timeout=120 + 10 * args.tenants))
                     floors_.append(floors(stack, chart, values, r, args.tenants))
-                    log.warning("run %d: burst %.1f s, floors %s", r, bursts[-1].seconds, floors_[-1])
+                    log.warning(
+                        "run %d: burst %.1f s, deleted in %.1f s, %s", r, bursts[-1].seconds, deletions[-1], floors_[-1]
+                    )
                 deliveries = stack.watch.deliveries()
                 answered = answered_lines(stack.log_dir(), FUNCTIONS)
                 window = [d for b in bursts for d in deliveries if b.during(d.time)]
@@ -509,10 +643,12 @@ def main(argv: Sequence[str]) -> list[Table]:
                 poll_gaps, poll_periods = poll_intervals(stack, kube, args.polls)
                 cost = cost_table(stack, args.tenants * args.runs, bursts, helm_calls, charts)  # before teardown
             finally:
+                phases.close()
                 kube.close()
         return [
-            burst_table(args.tenants, bursts, floors_),
+            burst_table(args.tenants, bursts, floors_, deletions),
             where_table(bursts, deliveries, answered),
+            cpu_table(args.tenants, bursts),
             hop_table(window, answered, gaps),
             cost,
             poll_table(poll_gaps, poll_periods),
