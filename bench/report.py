@@ -14,6 +14,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -81,6 +82,24 @@ def versions() -> str:
     return f"Python {platform.python_version()}; {pinned}; vcluster chart 0.21.2 (the test bed's stand-in)"
 
 
+def code() -> str:
+    """The commit the benchmark ran, and whether the tree had changes on top of it."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=RESULTS.parent
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "shared", "functions", "bench", "testbed", ":!bench/RESULTS.md"],
+            capture_output=True,
+            text=True,
+            cwd=RESULTS.parent.parent,
+        )
+    except OSError:
+        return "unknown (no git)"
+    changes = " + uncommitted changes" if dirty.stdout.strip() else ""
+    return (sha.stdout.strip() or "unknown") + changes
+
+
 def record(benchmark: str, tables: Sequence[Table], argv: Sequence[str] | None = None) -> None:
     """Print ``tables`` and append them to bench/RESULTS.md with the run's context."""
     command = "python -m bench " + shlex.join(list(sys.argv[1:] if argv is None else argv))
@@ -89,6 +108,7 @@ def record(benchmark: str, tables: Sequence[Table], argv: Sequence[str] | None =
         f"### {benchmark} — {stamp}",
         "",
         f"- command: `{command}`",
+        f"- code: {code()}",
         f"- machine: {machine()}",
         f"- versions: {versions()}",
         "",
