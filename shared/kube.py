@@ -151,15 +151,15 @@ class Kube:
         """In-cluster credentials inside a pod; otherwise ``kubeconfig`` or ``$KUBECONFIG``."""
         configuration = k8s.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            k8s_config.load_incluster_config(client_configuration=configuration)
         else:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            k8s_config.load_kube_config(
                 config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration
             )
         return cls(k8s.ApiClient(configuration), component)
 
     def close(self) -> None:
-        self._api.close()  # type: ignore[no-untyped-call]
+        self._api.close()
 
     # Tenants -----------------------------------------------------------------------------
 
@@ -376,7 +376,7 @@ class Kube:
 
     def _as_json(self, obj: object) -> dict[str, Any]:
         """A client object as the API server's JSON has it (camelCase keys)."""
-        return dict(self._api.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+        return dict(self._api.sanitize_for_serialization(obj))
 
     def create_role(self, role: Role) -> bool:
         """Create ``role``; False if one of its name exists already (then nothing changed)."""

@@ -75,7 +75,7 @@ class KubeletStandIn:
         identity: Identity,
         pod_environment: Mapping[str, str],
     ) -> None:
-        self._api: Any = client.AppsV1Api(config.new_client_from_config(config_file=str(kubeconfig)))  # type: ignore[no-untyped-call]
+        self._api: Any = client.AppsV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         self._supervisor = supervisor
         self._images = dict(images)
         self._identity = identity

@@ -35,7 +35,7 @@ def address(name: str, namespace: str) -> str:
 def publish(kubeconfig: Path, proxy: ServiceProxy, namespace: str, ports: Mapping[str, int]) -> dict[str, str]:
     """Mark every Knative Service of ``namespace`` named in ``ports`` Ready at its address; return the
     addresses. A Service without a local process is an error: nothing would answer it."""
-    api: Any = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))  # type: ignore[no-untyped-call]
+    api: Any = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
     services: list[dict[str, Any]] = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
     names = {svc["metadata"]["name"] for svc in services}
     missing = sorted(set(ports) - names)

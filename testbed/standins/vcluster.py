@@ -108,7 +108,7 @@ class VClusterStandIn:
     @classmethod
     def connect(cls, kubeconfig: Path, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = "") -> Self:
         configuration = k8s.Configuration()
-        k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+        k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         apps = k8s.AppsV1Api(k8s.ApiClient(configuration))
         return cls(Kube.connect(kubeconfig), apps, boot_seconds, poll_seconds, never_boot)
 
