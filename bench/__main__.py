@@ -27,7 +27,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from .report import Table, record
+from .report import Table, code, record
 
 Benchmark = Callable[[Sequence[str]], list[Table]]
 
@@ -49,14 +49,15 @@ def main(argv: Sequence[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
+    ran = code()  # the commit as the benchmark starts: the tree may move while it runs
     if argv and argv[0] in known:
-        record(argv[0], known[argv[0]](argv[1:]), argv)
+        record(argv[0], known[argv[0]](argv[1:]), argv, ran)
         return 0
     if argv:
         print(f"unknown benchmark {argv[0]!r}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     for name in DEFAULT:
-        record(name, known[name]([]), [name])
+        record(name, known[name]([]), [name], ran)
     return 0
 
 

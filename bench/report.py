@@ -100,7 +100,7 @@ def code() -> str:
     return (sha.stdout.strip() or "unknown") + changes
 
 
-def record(benchmark: str, tables: Sequence[Table], argv: Sequence[str] | None = None) -> None:
+def record(benchmark: str, tables: Sequence[Table], argv: Sequence[str] | None = None, ran: str | None = None) -> None:
     """Print ``tables`` and append them to bench/RESULTS.md with the run's context."""
     command = "python -m bench " + shlex.join(list(sys.argv[1:] if argv is None else argv))
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -108,7 +108,7 @@ def record(benchmark: str, tables: Sequence[Table], argv: Sequence[str] | None =
         f"### {benchmark} — {stamp}",
         "",
         f"- command: `{command}`",
-        f"- code: {code()}",
+        f"- code: {ran or code()}",
         f"- machine: {machine()}",
         f"- versions: {versions()}",
         "",
