@@ -1227,6 +1227,26 @@ def test_its_own_status_write_coming_back_to_the_process_that_provisioned_it_cos
     assert dict(kube.calls) == calls and helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
 
 
+@pytest.mark.parametrize("spoil", ["no spec.userID", "spec a list", "generation a word", "conditions a string"])
+def test_an_event_object_that_is_no_tenant_is_no_hint_and_never_fails_the_tenant(
+    kube: FakeKube, helm: FakeHelm, spoil: str
+) -> None:
+    obj = provision(kube, helm)
+    data = copy.deepcopy(obj)
+    if spoil == "no spec.userID":
+        del data["spec"]["userID"]
+    elif spoil == "spec a list":
+        data["spec"] = ["x"]
+    elif spoil == "generation a word":
+        data["metadata"]["generation"] = "one"
+    else:
+        data["status"]["conditions"] = "Ready"
+    reads = kube.calls["get_tenant"]
+    assert install.deliver(kube, helm, SETTINGS, apiserver_event(data), ref_of(obj)) is None
+    assert kube.calls["get_tenant"] > reads, "the live Tenant was read instead"
+    assert live(kube).status.phase == "Provisioning"
+
+
 @pytest.mark.parametrize("case", ["another process", "deleting", "add", "not settled"])
 def test_the_own_object_hint_is_taken_only_for_a_settled_update_this_process_provisioned(
     kube: FakeKube, helm: FakeHelm, case: str
