@@ -31,6 +31,7 @@ Figures are medians over the runs with their spread; ratios are taken within one
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 
 from shared.kube import Kube
@@ -55,7 +57,9 @@ from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
+from testbed.toolchain import ensure_all
 
+from .procfs import children, cpu_seconds, rss_mib
 from .report import Table, ms, percentile, spread, table
 from .workload import provision, tenant
 
@@ -300,27 +304,13 @@ def poll_intervals(stack: Stack, kube: Kube, polls: int) -> tuple[list[float], l
     return gaps, periods
 
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(own, reaped children's) CPU seconds of a process: utime+stime, cutime+cstime."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0, 0.0
-    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-    return (utime + stime) / TICKS, (cutime + cstime) / TICKS
-
-
 def cpu_by_part(stack: Stack) -> dict[str, float]:
     """CPU seconds so far by part of the stack. A function's helm processes are its worker's
     reaped children (cutime); gunicorn's master and the Python worker are the function's own."""
     parts: dict[str, float] = defaultdict(float)
     for proc in stack.supervisor.processes:
-        pids = [proc.pid, *children(proc.pid)]
-        own = sum(cpu_seconds(pid)[0] for pid in pids)
-        reaped = sum(cpu_seconds(pid)[1] for pid in pids)
+        seconds = [cpu_seconds(pid) for pid in (proc.pid, *children(proc.pid))]
+        own, reaped = sum(s[0] for s in seconds), sum(s[1] for s in seconds)
         if proc.name in stack.function_urls:
             parts["functions (Python)"] += own
             parts["helm, run by the functions"] += reaped
@@ -346,21 +336,6 @@ def worker_rss(stack: Stack) -> dict[str, float]:
             workers = children(proc.pid)
             memory[proc.name] = max((rss_mib(pid) for pid in workers), default=0.0)
     return memory
-
-
-def rss_mib(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -584,8 +559,6 @@ def memory_table(memory: Mapping[str, float]) -> Table:
 
 def chart_loads(stack: Stack) -> dict[str, int]:
     """kubeopera_tenant_chart_loads_total by source, summed over the functions."""
-    import requests
-
     totals: Counter[str] = Counter()
     for url in stack.function_urls.values():
         text = requests.get(url.rstrip("/") + "/metrics", timeout=10).text
@@ -597,8 +570,6 @@ def chart_loads(stack: Stack) -> dict[str, int]:
 
 
 def main(argv: Sequence[str]) -> list[Table]:
-    import argparse
-
     parser = argparse.ArgumentParser(
         prog="python -m bench burst", description=__doc__.splitlines()[0] if __doc__ else None
     )
@@ -608,8 +579,6 @@ def main(argv: Sequence[str]) -> list[Table]:
     parser.add_argument("--threads", type=int, default=None, help="GUNICORN_THREADS of every function")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-burst-") as folder:
-        from testbed.toolchain import ensure_all
-
         wrapper, helm_calls = counting_helm(ensure_all().helm, Path(folder))
         env = {"HELM_EXECUTABLE": str(wrapper)} | ({"GUNICORN_THREADS": str(args.threads)} if args.threads else {})
         options = StackOptions(

@@ -36,7 +36,7 @@ from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_p
 from testbed.local.ticker import ping_event
 from testbed.processes.ports import free_port
 
-from .burst import children, rss_mib
+from .procfs import children, rss_mib
 from .report import Table, spread, table
 from .workload import provision
 

@@ -33,7 +33,7 @@ from testbed.local.stack import Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
 
-from .burst import children, rss_mib
+from .procfs import children, rss_mib
 from .report import Table, table
 from .workload import provision, tenant
 

@@ -14,25 +14,10 @@ import logging
 import statistics
 import time
 from collections import defaultdict
-from pathlib import Path
 
 from testbed.local.stack import StackOptions, start_stack
 
-
-def rss_mib(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def with_children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    children = [int(p) for p in path.read_text().split()] if path.exists() else []
-    return [pid, *children]
+from .procfs import children, rss_mib
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
             ups.append(time.monotonic() - started)
             for process in stack.supervisor.processes:
                 name = "pod-" + process.name.split("-", 2)[1] if process.name.startswith("pod-") else process.name
-                memory[name].append(sum(rss_mib(pid) for pid in with_children(process.pid)))
+                memory[name].append(sum(rss_mib(pid) for pid in (process.pid, *children(process.pid))))
     print(f"\n| stack up ({args.runs} runs) | median s | min s | max s |")
     print("|---|---:|---:|---:|")
     print(f"| start_stack -> everything Ready | {statistics.median(ups):.1f} | {min(ups):.1f} | {max(ups):.1f} |")

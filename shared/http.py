@@ -146,6 +146,7 @@ def function_app(step: Step, senders: SenderCheck | None = None) -> Flask:
                 log.exception("unexpected failure outside the error mapping")
                 return _error(500, "internal error; see the function's logs")
             finally:
+                seconds = clock.seconds()
                 log.info(
                     "answered",
                     extra={
@@ -154,7 +155,7 @@ def function_app(step: Step, senders: SenderCheck | None = None) -> Flask:
                         "result": result,
                         "type": event_type,
                         "id": event_id,
-                        "seconds": round(clock.seconds(), 6),
+                        "seconds": round(seconds, 6),
                         "helm_seconds": round(clock.helm_seconds, 6),
                         "helm_operations": clock.helm_operations,
                     },
@@ -162,7 +163,7 @@ def function_app(step: Step, senders: SenderCheck | None = None) -> Flask:
                 metrics.RECONCILE_TOTAL.labels(step.name, result).inc()
                 if result == "error":
                     metrics.RECONCILE_ERRORS.labels(step.name).inc()
-                metrics.RECONCILE_TIME.labels(step.name).observe(clock.seconds())
+                metrics.RECONCILE_TIME.labels(step.name).observe(seconds)
                 metrics.DELIVERIES.labels(step.name, _known_type(step, event_type), str(code)).inc()
 
     return app
