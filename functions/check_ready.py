@@ -32,11 +32,11 @@ from flask import Flask
 
 from shared import access, events, metrics
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
-from shared.helm import DEPLOYED, FAILED, Helm
 from shared.http import Step, function_app
 from shared.kube import Kube, Rollout
 from shared.naming import VCLUSTER_CONFIG_KEY, TenantNames
 from shared.reconcile import live_tenant
+from shared.release import DEPLOYED, FAILED, ReleaseRecords, Releases
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import Phase, Tenant, TenantRef, parse_time, utcnow
@@ -104,7 +104,7 @@ def _waiting_for(kube: Kube, names: TenantNames, release_status: str) -> str | N
 
 def handle(
     kube: Kube,
-    helm: Helm,
+    releases: Releases,
     settings: Settings,
     event: BaseCloudEvent,
     ref: TenantRef,
@@ -117,7 +117,8 @@ def handle(
         log.info("tenant is not Provisioning; nothing to check", extra={"phase": str(tenant.status.phase)})
         return None
     names = tenant.spec.names
-    release = helm.release(names.release, names.namespace)
+    with access.granted_at_run_time(names.namespace):
+        release = releases.release(names.release, names.namespace)
     if release is None:
         raise TemporaryError(f"helm release {names.namespace}/{names.release} does not exist (yet)", retry_after=5)
     if release.status == FAILED:
@@ -142,13 +143,15 @@ def handle(
 
 def create_app(runtime: Runtime | None = None) -> Flask:
     rt = runtime or Runtime.from_env(NAME)
-    helm = rt.helm_client()
+    # helm's record read from the API, not `helm status`: no helm process per poll, and this
+    # function never loads helm's client (shared.release).
+    releases = ReleaseRecords(rt.kube)
     return function_app(
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.PROVISIONING}),
-            handle=lambda event, ref: handle(rt.kube, helm, rt.settings, event, ref),
+            handle=lambda event, ref: handle(rt.kube, releases, rt.settings, event, ref),
             on_permanent=rt.mark_failed,
         ),
         rt.sender_check(),

@@ -7,8 +7,8 @@ exists only once install made it, and where the Tenants live (their Roles in kub
 So install, each time it makes or finds that namespace, ensures there:
 
 - RoleBinding ``kubeopera-tenants:tenant-check-ready`` to ClusterRole
-  ``kubeopera-tenants:tenant-check-ready:vcluster-namespace``: get, list Secrets (``helm status``
-  lists the release's records; vcluster's ``vc-<release>``);
+  ``kubeopera-tenants:tenant-check-ready:vcluster-namespace``: get, list Secrets (helm's release
+  record, listed by its labels, ``shared.release``; vcluster's ``vc-<release>``);
 - Role and RoleBinding ``kubeopera-tenants:tenant-store-kubeconfig``: get Secret ``vc-<release>``,
   by name, and nothing else;
 - RoleBinding ``kubeopera-tenants:tenant-cleanup`` to ClusterRole

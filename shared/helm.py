@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,33 +40,12 @@ from pyhelm3 import errors as helm_errors
 
 from shared import metrics, timing, tracing
 from shared.errors import PermanentError, TemporaryError
+from shared.release import ReleaseState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Sees a release's current values (None: no release) and raises to refuse touching it.
 Guard = Callable[[Mapping[str, Any] | None], None] | None
-
-DEPLOYED = "deployed"
-FAILED = "failed"
-PENDING_STATES = frozenset({"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"})
-
-
-@dataclass(frozen=True)
-class ReleaseState:
-    name: str
-    namespace: str
-    revision: int
-    status: str
-    chart_version: str
-    updated: datetime | None = None
-
-    @property
-    def deployed(self) -> bool:
-        return self.status == DEPLOYED
-
-    @property
-    def pending(self) -> bool:
-        return self.status in PENDING_STATES
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

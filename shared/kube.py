@@ -453,6 +453,15 @@ class Kube:
             (i.metadata.namespace, i.metadata.name, i.metadata.uid, dict(i.metadata.labels or {})) for i in result.items
         ]
 
+    def list_secret_labels(self, namespace: str, label_selector: str) -> list[dict[str, str]]:
+        """The labels of each Secret in ``namespace`` matching the selector (helm's release
+        record, ``shared.release``); a 403 is ``Forbidden``."""
+        result = _call(
+            f"list secrets {namespace} {label_selector}",
+            lambda: self._core.list_namespaced_secret(namespace, label_selector=label_selector),
+        )
+        return [dict(i.metadata.labels or {}) for i in result.items]
+
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         secret = _found_or_none(
             f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace)

@@ -49,8 +49,9 @@ REGISTRY_CA_KEY = "ca.crt"
 REGISTRY_CA_DIR = "/etc/kubeopera-testbed/registry-ca"
 REGISTRY_CA_FILE = f"{REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}"
 # The functions whose create_app asks the runtime for a helm client (shared.runtime.helm_client):
-# install (install/upgrade: pulls the chart), check-ready (status) and cleanup (uninstall).
-HELM_MODULES = frozenset({"install", "check_ready", "cleanup"})
+# install (install/upgrade: pulls the chart) and cleanup (uninstall). check-ready reads helm's
+# release record from the API (shared.release).
+HELM_MODULES = frozenset({"install", "cleanup"})
 AUTOSCALING_PREFIX = "autoscaling.knative.dev/"
 _ADDED = frozenset({("Service", API_SERVICE), ("EndpointSlice", API_SERVICE), ("ConfigMap", REGISTRY_CA)})
 TESTBED_LABELS = {"app.kubernetes.io/part-of": "kubeopera-testbed"}

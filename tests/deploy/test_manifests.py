@@ -49,7 +49,7 @@ CLUSTER_SCOPED = {
 }
 # Where helm and the chart cache write; the image sets them (Dockerfile ENV), for every function.
 HELM_HOME_VARS = ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "CHART_CACHE_DIR")
-HELM_FUNCTIONS = {"tenant-install", "tenant-check-ready", "tenant-cleanup"}
+HELM_FUNCTIONS = {"tenant-install", "tenant-cleanup"}  # check-ready reads helm's record from the API (shared.release)
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
 
 

@@ -6,6 +6,7 @@ import base64
 import gzip
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 
 from shared.errors import PermanentError, TemporaryError
 from shared.helm import Helm
+from shared.kube import Kube
+from shared.release import ReleaseRecords
 from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration
@@ -26,6 +29,14 @@ def helm(
     return Helm(
         chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
     )
+
+
+@pytest.fixture
+def records(kube_admin_kubeconfig: Path) -> Iterator[ReleaseRecords]:
+    """helm's release record read from the API (what check-ready does instead of ``helm status``)."""
+    kube = Kube.connect(kube_admin_kubeconfig)
+    yield ReleaseRecords(kube)
+    kube.close()
 
 
 def released_values(toolchain: Toolchain, kubeconfig: Path, namespace: str, release: str) -> Any:
@@ -67,7 +78,7 @@ def test_missing_chart_version_is_permanent(
 
 
 def test_release_busy_in_another_operation_is_temporary(
-    helm: Helm, toolchain: Toolchain, kube_admin_kubeconfig: Path, test_namespace: str
+    helm: Helm, records: ReleaseRecords, toolchain: Toolchain, kube_admin_kubeconfig: Path, test_namespace: str
 ) -> None:
     """A helm killed mid-upgrade leaves the release pending-upgrade; we must not pile on."""
     helm.install_or_upgrade("vc-c", test_namespace, {})
@@ -87,6 +98,8 @@ def test_release_busy_in_another_operation_is_temporary(
     subprocess.run([*kubectl, "replace", "-f", "-"], input=json.dumps(obj), check=True, capture_output=True, text=True)
     state = helm.release("vc-c", test_namespace)
     assert state is not None and state.pending
+    recorded = records.release("vc-c", test_namespace)
+    assert recorded is not None and (recorded.revision, recorded.status) == (1, "pending-upgrade")
     with pytest.raises(TemporaryError, match="another helm operation"):
         helm.install_or_upgrade("vc-c", test_namespace, {"exportKubeConfig": {"server": "https://x:443"}})
     listed = json.loads(
@@ -95,3 +108,31 @@ def test_release_busy_in_another_operation_is_temporary(
         ).stdout
     )
     assert [s["metadata"]["name"] for s in listed["items"]] == [secret]
+
+
+def test_the_record_read_from_the_api_is_what_helm_status_reports(
+    helm: Helm, records: ReleaseRecords, test_namespace: str
+) -> None:
+    """At each step of a release's life, ReleaseRecords and the real ``helm status`` agree on
+    the current revision and its status; a release of another name beside it is never seen."""
+
+    def agree(name: str) -> tuple[int, str] | None:
+        from_helm, from_records = helm.release(name, test_namespace), records.release(name, test_namespace)
+        if from_helm is None or from_records is None:
+            assert from_helm is None and from_records is None, (from_helm, from_records)
+            return None
+        assert (from_records.revision, from_records.status) == (from_helm.revision, from_helm.status)
+        assert from_records.updated is not None
+        return from_records.revision, from_records.status
+
+    assert agree("vc-d") is None
+    helm.install_or_upgrade("vc-d", test_namespace, {})
+    assert agree("vc-d") == (1, "deployed")
+    helm.install_or_upgrade("vc-d2", test_namespace, {})  # its neighbour, with a name that begins the same
+    helm.install_or_upgrade("vc-d", test_namespace, {"exportKubeConfig": {"server": "https://vc-d.x:443"}})
+    assert agree("vc-d") == (2, "deployed")  # revision 1 is now superseded: the highest one counts
+    helm.install_or_upgrade("vc-d", test_namespace, {"exportKubeConfig": {"server": "https://vc-d.y:443"}})
+    assert agree("vc-d") == (3, "deployed")
+    assert helm.uninstall("vc-d", test_namespace)
+    assert agree("vc-d") is None
+    assert agree("vc-d2") == (1, "deployed")

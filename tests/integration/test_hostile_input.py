@@ -87,11 +87,11 @@ from kubernetes import config as k8s_config
 from functions import check_ready, cleanup, dead_letter, install, notify_api, resync, store_kubeconfig
 from shared import events
 from shared.errors import BadEvent
-from shared.helm import ReleaseState
 from shared.http import MAX_BODY_BYTES
 from shared.kube import Kube
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY
+from shared.release import ReleaseState
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import FINALIZER, GROUP, KIND, PLURAL, VERSION, TenantRef

@@ -11,7 +11,7 @@ token of its own ServiceAccount:
   refused (403) every other Secret: another Secret of that namespace, one in ``kube-system``, one
   in a namespace that is not a Tenant's, the vCluster Secret of a namespace install never
   granted; a list in its own Tenant's namespace too;
-- check-ready's ``helm status`` and read of ``vc-<release>`` work there, and nowhere else;
+- check-ready's read of helm's release record and of ``vc-<release>`` work there, and nowhere else;
 - cleanup uninstalls the release and deletes the namespace; the grants go with it, so a
   namespace of the same name made again by hand grants nothing.
 
@@ -38,6 +38,7 @@ from shared.errors import Forbidden, TemporaryError
 from shared.helm import Helm
 from shared.kube import Kube
 from shared.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.release import ReleaseRecords
 from shared.settings import Settings
 from shared.tenant import Tenant, TenantRef
 from testbed.controlplane import ControlPlane, kubeconfig_for_token, kubectl, request_token
@@ -223,11 +224,12 @@ def test_secrets_are_readable_only_where_install_granted_it(
         with pytest.raises(TemporaryError), access.granted_at_run_time(ungranted):
             store.get_secret(ungranted, "anything")
 
-        # check-ready: helm status and vcluster's Secret in the Tenant's namespace, nowhere else
+        # check-ready: helm's release record and vcluster's Secret in the Tenant's namespace, nowhere else
         check = clients["tenant-check-ready"]
-        helm_check = helm_as(toolchain, chart_ref, identities["tenant-check-ready"], tmp_path / "charts")
-        release = helm_check.release(names.release, names.namespace)
+        check_records = ReleaseRecords(check)
+        release = check_records.release(names.release, names.namespace)
         assert release is not None and release.deployed
+        refused(lambda: ReleaseRecords(check).release(names.release, elsewhere))
         assert check.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) == CONFIG
         refused(lambda: check.get_secret("kube-system", f"probe-{tenant_name}"))
         refused(lambda: check.get_secret(elsewhere, "probe"))
@@ -239,7 +241,7 @@ def test_secrets_are_readable_only_where_install_granted_it(
         refused(lambda: cleanup.get_secret(elsewhere, "probe"))
         helm_cleanup = helm_as(toolchain, chart_ref, identities["tenant-cleanup"], tmp_path / "charts")
         assert helm_cleanup.uninstall(names.release, names.namespace) is True
-        assert helm_check.release(names.release, names.namespace) is None
+        assert check_records.release(names.release, names.namespace) is None
         cleanup.delete_namespace(names.namespace)
         deadline = time.monotonic() + 60
         while admin_kube.get_namespace(names.namespace) is not None:

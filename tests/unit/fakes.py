@@ -26,11 +26,12 @@ from werkzeug.test import TestResponse
 
 from shared import events, tracing
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
-from shared.helm import DEPLOYED, PENDING_STATES, Guard, ReleaseState
+from shared.helm import Guard
 from shared.kube import NamespaceInfo, Rollout, StoredSecret
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
 from shared.rbac import Role, RoleBinding
+from shared.release import DEPLOYED, PENDING_STATES, ReleaseState
 from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 
 TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE
@@ -131,6 +132,7 @@ class FakeKube:
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
         self.roles: dict[tuple[str, str], Role] = {}  # (namespace, name) -> as stored, with its resourceVersion
         self.role_bindings: dict[tuple[str, str], RoleBinding] = {}
+        self.helm: FakeHelm | None = None  # whose releases are helm's records here (as its Secrets are)
         self._version = 100
 
     # set-up, as a person or the API server ----------------------------------------------------
@@ -411,6 +413,18 @@ class FakeKube:
         found = self.secrets.get((namespace, name))
         return (found["data"].get(key) or None) if found is not None else None
 
+    def list_secret_labels(self, namespace: str, label_selector: str) -> list[dict[str, str]]:
+        """helm's release record (shared.release) of the FakeHelm on this FakeKube: one record per
+        release, its current revision, labelled as helm's Secret driver labels it."""
+        self.calls["list_secret_labels"] += 1
+        wanted = dict(part.split("=", 1) for part in label_selector.split(","))
+        records = []
+        for (ns, release), found in (self.helm.releases if self.helm else {}).items():
+            labels = {"owner": "helm", "name": release, "status": found["status"], "version": str(found["revision"])}
+            if ns == namespace and wanted.items() <= labels.items():
+                records.append(labels)
+        return records
+
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         self.calls["get_secret"] += 1
         found = self.secrets.get((namespace, name))
@@ -458,6 +472,8 @@ class FakeHelm:
 
     def __init__(self, kube: FakeKube | None = None) -> None:
         self.kube = kube
+        if kube is not None:
+            kube.helm = self
         self.releases: dict[tuple[str, str], dict[str, Any]] = {}
         self.operations: list[tuple[str, str]] = []  # ("install" | "upgrade" | "uninstall", "ns/name")
         self.calls: Counter[str] = Counter()

@@ -8,7 +8,13 @@ import sys
 
 import pytest
 
-HELM_FREE = ("functions.store_kubeconfig", "functions.notify_api", "functions.dead_letter", "functions.resync")
+HELM_FREE = (
+    "functions.check_ready",
+    "functions.store_kubeconfig",
+    "functions.notify_api",
+    "functions.dead_letter",
+    "functions.resync",
+)
 
 
 def loaded(statement: str, *modules: str) -> dict[str, bool]:

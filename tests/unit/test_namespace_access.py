@@ -104,7 +104,7 @@ def test_install_grants_each_function_exactly_its_secret_access_in_the_namespace
 
 def test_the_rules_install_binds_are_the_ones_the_functions_need_in_the_namespace() -> None:
     needed = {
-        # helm status lists the release's records by label; vcluster's kubeconfig Secret by name
+        # helm's release record, listed by label (shared.release); vcluster's kubeconfig Secret by name
         "tenant-check-ready": (Rule(("",), ("secrets",), ("get", "list")),),
         # helm uninstall: lists, gets, marks "uninstalling" (update) and deletes the records
         "tenant-cleanup": (Rule(("",), ("secrets",), ("get", "list", "update", "delete")),),

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.helm import ReleaseState, stuck_verdict
+from shared.helm import stuck_verdict
+from shared.release import ReleaseState
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
