@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -113,6 +114,15 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             _merge(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
+
+
+_TALLY = threading.Lock()
+
+
+def _tally(counter: Counter[str], key: str) -> None:
+    """One more ``key``: under a lock, since resync reads Tenants from several threads at once."""
+    with _TALLY:
+        counter[key] += 1
 
 
 class FakeKube:
@@ -215,7 +225,7 @@ class FakeKube:
     # Tenants ------------------------------------------------------------------------------------
 
     def _write(self, what: str, target: str) -> None:
-        self.writes[what] += 1
+        _tally(self.writes, what)
         self.journal.append((what, target))
 
     def _stored_for_write(self, tenant: Tenant, resource_version: str | None) -> dict[str, Any]:
@@ -227,12 +237,12 @@ class FakeKube:
         return obj
 
     def get_tenant(self, namespace: str, name: str) -> Tenant | None:
-        self.calls["get_tenant"] += 1
+        _tally(self.calls, "get_tenant")
         obj = self.tenants.get((namespace, name))
         return None if obj is None else Tenant.from_object(copy.deepcopy(obj))
 
     def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
-        self.calls["list_tenants"] += 1
+        _tally(self.calls, "list_tenants")
         if field_selector == "":  # no selector: every Tenant of the namespace (resync's one list call)
             return [
                 Tenant.from_object(copy.deepcopy(obj))
@@ -249,7 +259,7 @@ class FakeKube:
         ]
 
     def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant:
-        self.calls["patch_tenant_status"] += 1
+        _tally(self.calls, "patch_tenant_status")
         body = update.patch_for(tenant)
         obj = self._stored_for_write(tenant, body.get("metadata", {}).get("resourceVersion"))
         _merge(obj.setdefault("status", {}), body["status"])
@@ -258,7 +268,7 @@ class FakeKube:
         return Tenant.from_object(copy.deepcopy(obj))
 
     def set_finalizer(self, tenant: Tenant, present: bool) -> Tenant:
-        self.calls["set_finalizer"] += 1
+        _tally(self.calls, "set_finalizer")
         obj = self._stored_for_write(tenant, tenant.resource_version)
         others = [f for f in tenant.finalizers if f != FINALIZER]
         obj["metadata"]["finalizers"] = [*others, FINALIZER] if present else others
@@ -272,7 +282,7 @@ class FakeKube:
     # Events -------------------------------------------------------------------------------------
 
     def record_event(self, tenant: Tenant, event: TenantEvent) -> None:
-        self.calls["record_event"] += 1
+        _tally(self.calls, "record_event")
         self._write("event", event.reason)
         for known in self.events:
             if (known["uid"], known["reason"], known["message"]) == (tenant.uid, event.reason, event.message):
@@ -292,12 +302,12 @@ class FakeKube:
     # Namespaces ---------------------------------------------------------------------------------
 
     def get_namespace(self, name: str) -> NamespaceInfo | None:
-        self.calls["get_namespace"] += 1
+        _tally(self.calls, "get_namespace")
         found = self.namespaces.get(name)
         return None if found is None else NamespaceInfo(dict(found["labels"]), found["terminating"])
 
     def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
-        self.calls["create_namespace"] += 1
+        _tally(self.calls, "create_namespace")
         if name in self.namespaces:
             return False
         self._write("namespace create", name)
@@ -305,14 +315,14 @@ class FakeKube:
         return True
 
     def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
-        self.calls["label_namespace"] += 1
+        _tally(self.calls, "label_namespace")
         if name not in self.namespaces:
             raise LookupError(f"namespace {name} not found")
         self._write("namespace label", name)
         self.namespaces[name]["labels"].update(labels)
 
     def delete_namespace(self, name: str) -> None:
-        self.calls["delete_namespace"] += 1
+        _tally(self.calls, "delete_namespace")
         if name in self.namespaces:
             self._write("namespace delete", name)
             self.namespaces[name]["terminating"] = True
@@ -320,7 +330,7 @@ class FakeKube:
     # StatefulSets -------------------------------------------------------------------------------
 
     def get_rollout(self, namespace: str, name: str) -> Rollout | None:
-        self.calls["get_rollout"] += 1
+        _tally(self.calls, "get_rollout")
         return self.rollouts.get((namespace, name))
 
     # Roles and RoleBindings (shared.access) -----------------------------------------------------
@@ -333,15 +343,15 @@ class FakeKube:
             raise NamespaceTerminating(f"{what}: the namespace is being deleted")
 
     def get_role(self, namespace: str, name: str) -> Role | None:
-        self.calls["get_role"] += 1
+        _tally(self.calls, "get_role")
         return self.roles.get((namespace, name))
 
     def get_role_binding(self, namespace: str, name: str) -> RoleBinding | None:
-        self.calls["get_role_binding"] += 1
+        _tally(self.calls, "get_role_binding")
         return self.role_bindings.get((namespace, name))
 
     def create_role(self, role: Role) -> bool:
-        self.calls["create_role"] += 1
+        _tally(self.calls, "create_role")
         self._into_namespace(f"create role {role.name}", role.namespace)
         if (role.namespace, role.name) in self.roles:
             return False
@@ -350,7 +360,7 @@ class FakeKube:
         return True
 
     def create_role_binding(self, binding: RoleBinding) -> bool:
-        self.calls["create_role_binding"] += 1
+        _tally(self.calls, "create_role_binding")
         self._into_namespace(f"create rolebinding {binding.name}", binding.namespace)
         if (binding.namespace, binding.name) in self.role_bindings:
             return False
@@ -360,7 +370,7 @@ class FakeKube:
         return True
 
     def patch_role(self, role: Role, resource_version: str) -> None:
-        self.calls["patch_role"] += 1
+        _tally(self.calls, "patch_role")
         current = self.roles[(role.namespace, role.name)]
         if current.resource_version != resource_version:
             raise Conflict(f"patch role {role.name}: conflict")
@@ -371,7 +381,7 @@ class FakeKube:
         )
 
     def patch_role_binding(self, binding: RoleBinding, resource_version: str) -> None:
-        self.calls["patch_role_binding"] += 1
+        _tally(self.calls, "patch_role_binding")
         current = self.role_bindings[(binding.namespace, binding.name)]
         if current.resource_version != resource_version:
             raise Conflict(f"patch rolebinding {binding.name}: conflict")
@@ -382,7 +392,7 @@ class FakeKube:
         )
 
     def delete_role_binding(self, namespace: str, name: str, resource_version: str) -> None:
-        self.calls["delete_role_binding"] += 1
+        _tally(self.calls, "delete_role_binding")
         current = self.role_bindings.get((namespace, name))
         if current is None:
             return
@@ -394,7 +404,7 @@ class FakeKube:
     # Leases (the cross-process helm lock) ---------------------------------------------------------
 
     def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> str | None:
-        self.calls["acquire_lease"] += 1
+        _tally(self.calls, "acquire_lease")
         current = self.leases.get((namespace, name))
         if current is not None and current != holder:
             return None
@@ -402,21 +412,21 @@ class FakeKube:
         return holder  # stands for the resourceVersion of the hold
 
     def release_lease(self, namespace: str, name: str, resource_version: str) -> None:
-        self.calls["release_lease"] += 1
+        _tally(self.calls, "release_lease")
         if self.leases.get((namespace, name)) == resource_version:
             del self.leases[(namespace, name)]
 
     # Secrets ------------------------------------------------------------------------------------
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
-        self.calls["read_secret_key"] += 1
+        _tally(self.calls, "read_secret_key")
         found = self.secrets.get((namespace, name))
         return (found["data"].get(key) or None) if found is not None else None
 
     def list_secret_labels(self, namespace: str, label_selector: str) -> list[dict[str, str]]:
         """helm's release record (shared.release) of the FakeHelm on this FakeKube: one record per
         release, its current revision, labelled as helm's Secret driver labels it."""
-        self.calls["list_secret_labels"] += 1
+        _tally(self.calls, "list_secret_labels")
         wanted = dict(part.split("=", 1) for part in label_selector.split(","))
         records = []
         for (ns, release), found in (self.helm.releases if self.helm else {}).items():
@@ -426,7 +436,7 @@ class FakeKube:
         return records
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
-        self.calls["get_secret"] += 1
+        _tally(self.calls, "get_secret")
         found = self.secrets.get((namespace, name))
         if found is None:
             return None
@@ -440,7 +450,7 @@ class FakeKube:
         labels: Mapping[str, str],
         resource_version: str | None,
     ) -> None:
-        self.calls["write_secret"] += 1
+        _tally(self.calls, "write_secret")
         current = self.secrets.get((namespace, name))
         if resource_version is None and current is not None:
             raise Conflict(f"create secret {namespace}/{name}: conflict (AlreadyExists)")
@@ -454,7 +464,7 @@ class FakeKube:
         }
 
     def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
-        self.calls["delete_secret"] += 1
+        _tally(self.calls, "delete_secret")
         current = self.secrets.get((namespace, name))
         if current is None:
             return
@@ -492,7 +502,7 @@ class FakeHelm:
 
     def chart(self) -> Any:
         """The pinned chart (install's readiness asks for it); always at hand here."""
-        self.calls["chart"] += 1
+        _tally(self.calls, "chart")
         return {"name": "vcluster", "version": CHART_VERSION}
 
     def _state(self, name: str, namespace: str) -> ReleaseState:
@@ -510,7 +520,7 @@ class FakeHelm:
                 self.kube.rollouts[(namespace, name)] = Rollout(1, 0, 1, 0, 0)
 
     def release(self, name: str, namespace: str) -> ReleaseState | None:
-        self.calls["release"] += 1
+        _tally(self.calls, "release")
         return self._state(name, namespace) if (namespace, name) in self.releases else None
 
     def install_or_upgrade(
@@ -522,7 +532,7 @@ class FakeHelm:
         *,
         reapply: Callable[[], bool] | None = None,
     ) -> ReleaseState:
-        self.calls["install_or_upgrade"] += 1
+        _tally(self.calls, "install_or_upgrade")
         current = self.releases.get((namespace, name))
         if guard is not None:
             guard(None if current is None else copy.deepcopy(current["values"]))
@@ -547,7 +557,7 @@ class FakeHelm:
         return self._state(name, namespace)
 
     def uninstall(self, name: str, namespace: str, guard: Guard = None) -> bool:
-        self.calls["uninstall"] += 1
+        _tally(self.calls, "uninstall")
         current = self.releases.get((namespace, name))
         if current is None:
             return False

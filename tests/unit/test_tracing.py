@@ -7,6 +7,7 @@ adapters are checked end to end against a real OTLP receiver (tests/e2e/test_tra
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -17,12 +18,23 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from functions import check_ready, install, notify_api, store_kubeconfig
+from functions import check_ready, install, notify_api, resync, store_kubeconfig
 from shared import events, tracing
+from shared.kube import Rollout
 from shared.runtime import Runtime
 from shared.settings import Settings
+from shared.tenant import FINALIZER
 
-from .fakes import FakeHelm, FakeKube, FakeKubeoperaApi, FakeSink, apiserver_event, deliver, tenant_object
+from .fakes import (
+    TENANT_NAMESPACE,
+    FakeHelm,
+    FakeKube,
+    FakeKubeoperaApi,
+    FakeSink,
+    apiserver_event,
+    deliver,
+    tenant_object,
+)
 
 CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
 CONFIG = b"apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3cr3t-token}}]\n"
@@ -136,3 +148,43 @@ def test_tracing_is_off_unless_an_endpoint_is_set() -> None:
     assert tracing.enabled_by({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
     assert tracing.enabled_by({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"})
     assert not tracing.enabled_by({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
+
+
+class TracedKube(FakeKube):
+    """A FakeKube whose StatefulSet read opens a client span, as the real adapter's does, and
+    notes the thread it ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def get_rollout(self, namespace: str, name: str) -> Rollout | None:
+        with tracing.client_span("k8s get statefulset"):
+            self.threads.add(threading.current_thread().name)
+            return super().get_rollout(namespace, name)
+
+
+def test_resyncs_reads_on_its_worker_threads_are_children_of_the_tick(spans: InMemorySpanExporter) -> None:
+    kube = TracedKube()
+    names = [f"team-{i}" for i in range(12)]
+    for i, name in enumerate(names):
+        status = {"phase": "Ready", "observedGeneration": 1}
+        kube.add_tenant(
+            tenant_object(name, f"{i:08d}-0000-4000-8000-000000000000", status=status, finalizers=[FINALIZER])
+        )
+        if i % 2:
+            kube.rollouts[(f"vcluster-{name}", f"vc-{name}")] = Rollout(1, 1, 1, 1, 1)
+    tenants = kube.list_tenants(TENANT_NAMESPACE, "")
+
+    with tracing.span("tick") as tick:
+        drifts = resync.observe_all(kube, Settings(), tenants)
+
+    assert {key: d.release_present for key, d in drifts.items()} == {
+        f"{TENANT_NAMESPACE}/{name}": bool(i % 2) for i, name in enumerate(names)
+    }
+    assert len(kube.threads) > 1 and all(t.startswith("resync-observe") for t in kube.threads)
+    reads = [s for s in spans.get_finished_spans() if s.name == "k8s get statefulset"]
+    assert len(reads) == len(names)
+    tick_context = tick.get_span_context()
+    assert all(s.parent is not None and s.parent.span_id == tick_context.span_id for s in reads)
+    assert {s.context.trace_id for s in reads} == {tick_context.trace_id}
