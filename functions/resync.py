@@ -23,9 +23,9 @@ Failed (waiting for a person), or Ready with no drift     nothing
 
 The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
 it reads the StatefulSet and the two Secrets of each Ready Tenant, ``OBSERVERS`` Tenants at a
-time (a pass is bound by the API server's latency, not by CPU: ``bench resync``). A Tenant being worked on at
-that moment may get a duplicate event, which the steps' idempotence and resourceVersion guards
-make harmless. A failure to send is temporary: the tick is re-delivered and the pass runs again.
+time (a pass is bound by the API server's latency, not by CPU: ``bench resync``). A Tenant
+being worked on at that moment may get a duplicate event, which the steps' idempotence and
+resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered and the pass runs again.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     return None
 
 
-# Ready Tenants whose vCluster is read at once: each read waits on the API server, and the
-# client's connection pool (5 per core) holds this many without queueing on one core.
+# Ready Tenants whose vCluster is read at once: each read waits on the API server. The
+# kubernetes client keeps 5 connections per core, so even on one core four never wait for one.
 OBSERVERS = 4
 
 
