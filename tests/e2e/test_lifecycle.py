@@ -352,7 +352,10 @@ def test_install_failing_in_helm_is_dead_lettered_to_failed(pipeline: Stack, kub
     legacy_namespace(pipeline, "lee", CS_LEE)
     pipeline.kubectl("create", "serviceaccount", "vc-vc-lee", "-n", "vcluster-lee")
     apply(pipeline, "lee", CS_LEE)
-    failed = wait_for("lee Failed", lambda: phase_of(kube, "lee", "Failed"), timeout=90)
+    # Two retry budgets (about 70 s each): the real mtping's 5-minute resync tick may re-drive lee
+    # while she is still Pending, and that event, with a budget of its own, takes over from the
+    # first (whose delivery then finds the install in hand), so the dead letter comes later.
+    failed = wait_for("lee Failed", lambda: phase_of(kube, "lee", "Failed"), timeout=180)
     assert "could not be delivered to tenant-install" in failed.status.message
     assert "exists" in failed.status.message
     assert reasons(pipeline, "lee")[-1] == "DeliveryFailed"
