@@ -96,7 +96,7 @@ def _waiting_for(kube: Kube, names: TenantNames, release_status: str) -> str | N
     has_config = False
     if rollout is not None and rollout.done:
         # Readable through install's RoleBinding in this namespace only (shared.access), as is
-        # helm's release record; a 403 here is temporary, and helm's failures are anyway.
+        # helm's release record (read in handle); a 403 on either is temporary.
         with access.granted_at_run_time(names.namespace):
             has_config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) is not None
     return waiting_for(release_status, rollout, has_config, names)
