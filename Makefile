@@ -52,12 +52,14 @@ typecheck: $(BIN)/.installed
 unit: $(BIN)/.installed
 	$(BIN)/pytest tests/unit
 
-# The suite runs in a private network namespace where one can be made (tools/isolated): Knative's
-# channel dispatcher takes the fixed ports 8080/8443, so a `make run` may stay up meanwhile.
-# Then the cluster tier's tests (test-cluster), which need its tools even for the first part.
-test: tools tools-cluster lint typecheck
-	tools/isolated $(BIN)/pytest $(ARGS)
-	tools/isolated $(BIN)/pytest -m cluster tests/cluster
+# The whole suite, lint and type check included, as groups that run side by side (testbed/suite.py:
+# the unit and deploy tiers, the integration tier, the end-to-end modules in four groups, the
+# cluster tier), each in a private network namespace of its own (tools/isolated): Knative's channel
+# dispatcher takes the fixed ports 8080/8443, so two stacks, or a `make run`, never collide.
+# ARGS go to the runner (--only GROUP, --jobs N, --no-cluster), the rest of them to every group's
+# pytest; SUITE_JOBS (3) is how many groups run at once.
+test: tools tools-cluster
+	$(BIN)/python -m testbed.suite $(ARGS)
 
 # The cluster tier's tests alone, in a private network namespace too (the node's bridge, address,
 # route and iptables rules stay inside it; its cgroups, sysctls and /var paths are put back after).

@@ -16,7 +16,7 @@ it held, also those of a delivery still being answered when it was killed).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -152,6 +152,27 @@ class BrokerWatch:
             and time.time() - self.proxy.quiet_since() >= QUIET_SECONDS
             and not self.pending()
         )
+
+    def wait_for(self, predicate: Callable[[list[Delivery]], bool], timeout: float) -> bool:
+        """Wait until ``predicate(deliveries)`` holds (checked as each hop is answered); False on timeout."""
+        return self.proxy.wait(lambda hops: predicate([d for d in map(self._delivery, hops) if d is not None]), timeout)
+
+    def answered(self, event_id: str, timeout: float) -> Delivery | None:
+        """Wait until a Trigger's subscriber answered event ``event_id`` with success (2xx) or its
+        dead-letter sink got it; that delivery, or None on timeout."""
+
+        def settled(deliveries: list[Delivery]) -> Delivery | None:
+            return next(
+                (
+                    d
+                    for d in reversed(deliveries)
+                    if d.event_id == event_id and (d.target == "dead-letter" or 200 <= d.status < 300)
+                ),
+                None,
+            )
+
+        self.wait_for(lambda deliveries: settled(deliveries) is not None, timeout)
+        return settled(self.deliveries())
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until nothing is in flight and no retry is to come; False on timeout."""

@@ -16,7 +16,12 @@ class StackOptions:
     vcluster_never_boot: str = ""  # releases matching this regular expression never boot
     ready_poll_seconds: int = 15
     cleanup_poll_seconds: int = 5
-    resync_at_start: bool = True  # one tick once everything is up (the PingSource's schedule is every 5 min)
+    resync_at_start: bool = True  # one tick once everything is up, answered before the stack is handed over
+    # The PingSource's own schedule (every 5 minutes, on the wall clock's 5-minute marks), run by
+    # the real ``mtping``. Off, its adapter is held once the stack is up (its Deployment stays), so
+    # no tick comes but those the caller sends (``Stack.tick``): a test or a benchmark then never
+    # races with a tick nobody chose. ``kubeopera-tenants local`` runs it, as a cluster would.
+    resync_schedule: bool = False
     stuck_release_seconds: int = 180
     provision_timeout_seconds: int = 600
     run_dir: Path | None = None

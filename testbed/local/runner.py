@@ -90,6 +90,7 @@ def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
         api_token=os.environ.get("INTERNAL_SERVICE_TOKEN", ""),
         vcluster_boot_seconds=options.vcluster_boot_seconds,
         sender_identity=options.sender_identity,
+        resync_schedule=True,  # as on a cluster: the PingSource's tick every 5 minutes
     )
     try:
         with contextlib.ExitStack() as running:

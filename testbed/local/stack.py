@@ -31,8 +31,12 @@ end-to-end tests and the benchmarks run.
    :func:`.senders.bind_sink_identity` publishes its identity); once the Triggers are Ready, their
    published identities and audiences are checked against what the functions were told;
 7. the vCluster stand-in;
-8. one resync tick at start (:meth:`Stack.tick`), so a Tenant created while nothing ran is picked
-   up; the PingSource's own schedule (every 5 minutes) is run by the real ``mtping``.
+8. unless ``StackOptions.resync_schedule``, the PingSource's adapter (the real ``mtping``) held,
+   so its wall-clock schedule (every 5 minutes) never fires at a moment no caller chose: tests and
+   benchmarks send resync's tick themselves (:meth:`Stack.tick`); ``kubeopera-tenants local`` runs
+   the schedule, as a cluster does;
+9. one resync tick at start (:meth:`Stack.tick`), so a Tenant created while nothing ran is picked
+   up, answered (the broker idle) before the stack is handed over.
 
 Everything runs on 127.0.0.1; logs go to ``<run_dir>/logs``. Only one stack can run per network
 namespace: Knative's channel dispatcher takes the fixed ports 8080 and 8443.
@@ -56,7 +60,7 @@ import yaml
 
 from testbed import controlplane as cp_mod
 from testbed.knative import oidc
-from testbed.knative.broker_watch import BrokerWatch
+from testbed.knative.broker_watch import BrokerWatch, Delivery
 from testbed.knative.eventing import KnativeEventing, host, start_eventing
 from testbed.knative.kubectl import kubectl
 from testbed.local import senders
@@ -80,6 +84,11 @@ from testbed.toolchain import Toolchain, ensure_all
 __all__ = ["TENANT_NAMESPACE", "Stack", "StackError", "StackOptions", "project_path", "routes", "start_stack"]
 
 ADAPTER_DEPLOYMENT_PREFIX = f"apiserversource-{SOURCE}-"
+# The PingSource's shared adapter (Knative's mtping), which runs every PingSource's schedule.
+PING_ADAPTER = ("knative-eventing", "pingsource-mt-adapter")
+# The resync Trigger retries a failed tick after 10, 20 and 40 s (eventing/triggers): a pass, and
+# what it re-drives, is answered within these.
+RESYNC_SECONDS = 150.0
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +164,10 @@ class Stack:
             raise StackError(f"{kind} {name} publishes no OIDC identity (status.auth)")
         return found
 
-    def tick(self, extra_headers: Mapping[str, str] | None = None) -> None:
+    def tick(self, extra_headers: Mapping[str, str] | None = None) -> str:
         """Send the resync PingSource's event to the Broker now, as its schedule would (with the
-        PingSource's identity, as ``mtping`` sends it), with ``extra_headers`` (a ``traceparent``)."""
+        PingSource's identity, as ``mtping`` sends it), with ``extra_headers`` (a ``traceparent``);
+        returns the event's id."""
         path = project_path("eventing", "resync-pingsource.yaml")
         headers, body = ping_event(path)
         headers |= extra_headers or {}
@@ -167,6 +177,19 @@ class Stack:
         session = requests.Session()
         session.trust_env = False
         session.post(self.ingress_url, headers=headers, data=body, timeout=10).raise_for_status()
+        return headers["ce-id"]
+
+    def resync(self, timeout: float = RESYNC_SECONDS, settle: bool = True) -> Delivery:
+        """One resync pass now, waited for: send a tick and wait until resync answered it with
+        success; with ``settle``, also until the broker is idle again (what the pass re-drove is
+        answered too: not for a Tenant that polls on and on). Its delivery."""
+        event_id = self.tick()
+        delivery = self.watch.answered(event_id, timeout)
+        if delivery is None or delivery.target == "dead-letter":
+            raise StackError(f"resync did not answer tick {event_id} with success within {timeout:.0f}s: {delivery}")
+        if settle and not self.watch.wait_idle(timeout):
+            raise StackError(f"the broker is not idle {timeout:.0f}s after resync's pass: {self.watch.pending()}")
+        return delivery
 
     def adapter(self) -> tuple[str, ManagedProcess]:
         """The ApiServerSource's Deployment (made by Knative's controller) and its running process."""
@@ -183,6 +206,14 @@ class Stack:
             name for ns, name in (key.split("/", 1) for key in self.kubelet.held()) if ns == TENANT_NAMESPACE
         )
         return self.kubelet.release(TENANT_NAMESPACE, deployment)
+
+    def hold_resync_schedule(self) -> None:
+        """Take the PingSource's adapter (``mtping``) away and keep it away: from now on resync runs
+        only on :meth:`tick`. A tick ``mtping`` was sending as it stopped is on the wire or lost."""
+        self.kubelet.hold(*PING_ADAPTER)
+
+    def resync_schedule_held(self) -> bool:
+        return "/".join(PING_ADAPTER) in self.kubelet.held()
 
     def restart_broker(self) -> None:
         """Restart the broker's data plane (ingress, filter, channel dispatcher): what is in flight is lost."""
@@ -316,8 +347,12 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 sender_plan=sender_plan,
             )
             result.adapter()  # its watch is established: from now on every Tenant change is sent
+            if not options.resync_schedule:
+                result.hold_resync_schedule()
             if options.resync_at_start:
-                result.tick()
+                # Handed over only once that tick and all it caused are answered: a caller's first
+                # Tenant is never listed by a tick it did not send.
+                result.resync()
             yield result
     finally:
         if owns_run_dir and not os.environ.get("KUBEOPERA_KEEP_RUN_DIR"):

@@ -14,6 +14,7 @@ import yaml
 
 from shared.kube import Kube
 from shared.tenant import Tenant
+from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack
 from testbed.processes import run
 
@@ -29,6 +30,31 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120.0, i
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def announced(pipeline: Stack, name: str, since: float, timeout: float = 30.0) -> None:
+    """Wait until notify-api's delivery for Tenant ``name`` that began after ``since`` (time.time())
+    was answered with success: the Tenant is Ready inside that delivery, and its Ready Event and
+    the delivery's record come only after it."""
+
+    def done(deliveries: list[Delivery]) -> bool:
+        return any(
+            d.service == "tenant-notify-api"
+            and d.target == "subscriber"
+            and (d.subject or "").endswith(f"/{name}")
+            and d.time >= since
+            and 200 <= d.status < 300
+            for d in deliveries
+        )
+
+    assert pipeline.watch.wait_for(done, timeout), f"notify-api's delivery for {name} not answered in {timeout:.0f}s"
+
+
+def ready_and_announced(kube: Kube, pipeline: Stack, name: str, since: float, timeout: float = 90.0) -> Tenant:
+    """Wait for ``name`` Ready and notify-api's delivery that made it so answered (:func:`announced`)."""
+    tenant = wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=timeout)
+    announced(pipeline, name, since)
+    return tenant
 
 
 def tenant_yaml(
@@ -82,8 +108,11 @@ def patch_tenant(pipeline: Stack, name: str, patch: dict[str, Any]) -> Completed
     )
 
 
-def helm(pipeline: Stack, *args: str) -> Any:
-    out = run([str(pipeline.tools.helm), f"--kubeconfig={pipeline.admin_kubeconfig}", *args, "-o", "json"]).stdout
+def helm(pipeline: Stack, *args: str, identity: str | None = None) -> Any:
+    """helm as admin, or as a function's identity (``tenant-install``): only install and cleanup may
+    write helm's records in vcluster-* (deploy/base/policy/tenant-helm-records.yaml)."""
+    kubeconfig = pipeline.function_kubeconfigs[identity] if identity else pipeline.admin_kubeconfig
+    out = run([str(pipeline.tools.helm), f"--kubeconfig={kubeconfig}", *args, "-o", "json"]).stdout
     return json.loads(out)
 
 

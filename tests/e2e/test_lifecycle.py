@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +29,17 @@ from shared.tenant import Tenant
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
 from .rbac_usage import unused_rules
-from .support import exists, helm, kubectl_as, legacy_namespace, phase_of, tenant_events, tenant_yaml, wait_for
+from .support import (
+    exists,
+    helm,
+    kubectl_as,
+    legacy_namespace,
+    phase_of,
+    ready_and_announced,
+    tenant_events,
+    tenant_yaml,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -64,8 +75,9 @@ def apply(pipeline: Stack, name: str, cloud_space_id: str, tenant_name: str | No
 
 
 def provision(pipeline: Stack, kube: Kube, name: str, cloud_space_id: str) -> Tenant:
+    since = time.time()
     apply(pipeline, name, cloud_space_id)
-    return wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=90)
+    return ready_and_announced(kube, pipeline, name, since)
 
 
 def delete_and_wait_gone(pipeline: Stack, kube: Kube, name: str, timeout: float = 90) -> None:
@@ -121,6 +133,10 @@ def test_everything_a_tenant_makes_carries_its_identity(pipeline: Stack, bob: Te
         "kubeopera.io/tenant": "bob-dev",
         "kubeopera.io/tenant-id": CS_BOB,
         "kubeopera.io/managed-by": "tenant-controller",
+        # Pod Security (shared.isolation): enforce baseline, report restricted
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/audit": "restricted",
         **owner,
     }
     assert (
@@ -204,6 +220,7 @@ def test_deleting_a_ready_tenant_removes_everything_then_the_tenant(pipeline: St
     assert not exists(pipeline, "secret", f"tenant-{CS_ERIN}-kubeconfig", "-n", TENANT_NAMESPACE)
     releases = helm(pipeline, "list", "--all-namespaces", "--all")
     assert not [r for r in releases if r["name"] == "vc-erin"]
+    settled(pipeline)  # cleanup tells kubeopera-api after it removed the finalizer, in its delivery
     assert patches_for(pipeline, CS_ERIN)[-1] == {
         "vcluster_id": "vc-erin",
         "namespace": "vcluster-erin",
@@ -282,7 +299,13 @@ def test_a_tenant_that_never_boots_fails_at_its_timeout_not_by_dead_letter(pipel
         for a in pipeline.watch.deliveries()
         if a.trigger == "tenant-check-ready" and a.target != "dead-letter" and "stuck-jo" in (a.subject or "")
     ]
-    assert len(polls) >= TIMEOUT_SECONDS // 2 - 2, "check-ready polled every 2 s"
+    # check-ready polled every 2 s (READY_POLL_SECONDS): each wait asked for it, the broker kept to
+    # it, and it polled on until the timeout.
+    waits = [p for p in polls if p.status == 503]
+    assert len(waits) >= 3 and {p.retry_after for p in waits} == {"2"}, [(p.status, p.retry_after) for p in polls]
+    gaps = [b.time - a.time for a, b in zip(waits, waits[1:], strict=False)]
+    assert min(gaps) >= 1.9, gaps
+    assert polls[-1].time - polls[0].time >= TIMEOUT_SECONDS - 4, "polled until the timeout"
     # check-ready failed it (422); a second poll chain, if install replied twice (its own status
     # writes are updates it takes too), ends at the Failed Tenant with 204: nothing polls on.
     statuses = [p.status for p in polls]
@@ -327,6 +350,7 @@ def test_a_tenant_made_by_the_previous_version_is_adopted_once(pipeline: Stack, 
         "vcluster-kim",
         "-f",
         str(values_file),
+        identity="tenant-install",  # as the previous version's install did: no one else may write helm's records
     )
     stored = f"tenant-{CS_KIM}-kubeconfig"
     pipeline.kubectl("create", "secret", "generic", stored, "-n", TENANT_NAMESPACE, "--from-literal=kubeconfig=old")
@@ -352,10 +376,8 @@ def test_install_failing_in_helm_is_dead_lettered_to_failed(pipeline: Stack, kub
     legacy_namespace(pipeline, "lee", CS_LEE)
     pipeline.kubectl("create", "serviceaccount", "vc-vc-lee", "-n", "vcluster-lee")
     apply(pipeline, "lee", CS_LEE)
-    # Two retry budgets (about 70 s each): the real mtping's 5-minute resync tick may re-drive lee
-    # while she is still Pending, and that event, with a budget of its own, takes over from the
-    # first (whose delivery then finds the install in hand), so the dead letter comes later.
-    failed = wait_for("lee Failed", lambda: phase_of(kube, "lee", "Failed"), timeout=180)
+    # One retry budget: about 31 s of backoff and six helm attempts.
+    failed = wait_for("lee Failed", lambda: phase_of(kube, "lee", "Failed"), timeout=150)
     assert "could not be delivered to tenant-install" in failed.status.message
     assert "exists" in failed.status.message
     assert reasons(pipeline, "lee")[-1] == "DeliveryFailed"

@@ -497,6 +497,8 @@ def live(pipeline: Stack, evidence: Evidence, observer: Observer) -> None:
         evidence.failed_message = failed.status.message
         assert "was not made by kubeopera-tenants" in failed.status.message, failed.status.message
         assert stored_kubeconfig(pipeline) == copy, "the hand-made Secret was not touched"
+        # The observer samples; Failed lasts until the retry below, so let it see it first.
+        wait_for("the observer to see Failed", lambda: "Failed" in observer.phases, timeout=30, interval=0.1)
         step("Failed at generation 3: the stored Secret was made by hand")
 
         # The runbook: remove what is in the way, patch the Failed Tenant to Pending.

@@ -11,6 +11,7 @@ recorded, no function receives the forged event from the broker.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -24,7 +25,7 @@ from testbed import controlplane as cp_mod
 from testbed.knative import oidc
 from testbed.local.stack import Stack, StackOptions, start_stack
 
-from .support import phase_of, tenant_events, tenant_yaml, wait_for
+from .support import ready_and_announced, tenant_events, tenant_yaml
 
 pytestmark = pytest.mark.integration
 
@@ -67,8 +68,9 @@ def pipeline() -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def vera(pipeline: Stack, kube: Kube) -> Tenant:
+    since = time.time()
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("vera", CS_ID))
-    return wait_for("vera Ready", lambda: phase_of(kube, "vera", "Ready"), timeout=150)
+    return ready_and_announced(kube, pipeline, "vera", since, timeout=150)
 
 
 def token(pipeline: Stack, service_account: str, audience: str) -> str:
@@ -162,7 +164,7 @@ def test_the_broker_refuses_forged_events(pipeline: Stack, kube: Kube, vera: Ten
     for what, (authorization, status) in refused.items():
         response = session.post(pipeline.ingress_url, headers=headers | authorization, data=body, timeout=10)
         assert response.status_code == status, f"{what}: {response.status_code} {response.text}"
-    pipeline.watch.wait_idle()
+    assert pipeline.watch.wait_idle(30)
     assert not [d for d in pipeline.watch.deliveries() if d.event_id == event_id], "the broker delivered it"
     after = kube.get_tenant(NAMESPACE, "vera")
     assert after is not None and after.resource_version == before.resource_version

@@ -57,16 +57,19 @@ def pipeline(jaeger_and_stack: tuple[Jaeger, Stack]) -> Stack:
 @pytest.fixture(scope="module")
 def pia_trace(pipeline: Stack, kube: Kube, jaeger: Jaeger) -> list[TraceSpan]:
     """The trace of pia's provisioning: the one that holds notify-api's delivery for her."""
-    assert pipeline.watch.wait_idle(timeout=30), "the stack's first resync tick is answered before pia exists"
+    # No tick can list pia: the stack answered its start tick before it was handed over, and holds
+    # the PingSource's schedule; an earlier test's tick is answered too.
+    assert pipeline.watch.wait_idle(timeout=30)
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("pia", CS_PIA))
     wait_for("pia to be Ready", lambda: phase_of(kube, "pia", "Ready"), timeout=180)
     assert pipeline.watch.wait_idle(timeout=30)
 
     def notified() -> list[TraceSpan] | None:
+        """pia's trace once each function's delivery span is stored (spans arrive in any order)."""
         for trace_id in jaeger.trace_ids("tenant-notify-api"):
             spans = jaeger.trace(trace_id)
             if any(s.service == "tenant-notify-api" and _tenant(s) == "kubeopera-system/pia" for s in spans):
-                return spans
+                return spans if all(_deliveries(spans, service) for service in FUNCTIONS) else None
         return None
 
     return wait_for("pia's trace in Jaeger", notified, timeout=30)
@@ -100,15 +103,8 @@ def test_each_delivery_is_the_child_of_the_one_before(pia_trace: list[TraceSpan]
     (store,) = _deliveries(pia_trace, "tenant-store-kubeconfig")
     (notify,) = _deliveries(pia_trace, "tenant-notify-api")
 
-    origin = install.attributes["cloudevents.event_type"]
-    if origin == events.INSTALL:
-        # resync's tick (the one at start, or mtping's 5-minute schedule) listed pia while she was
-        # still Pending and re-drove her; its install then won the Lease, and the ApiServerSource's
-        # delivery found her settled. The trace is then resync's, and goes on from its send.
-        (sender,) = [s for s in pia_trace if s.span_id == install.parent_id]
-        assert (sender.service, sender.name) == ("tenant-resync", f"send {events.INSTALL}")
-    else:
-        assert origin in (events.APISERVER_ADD, events.APISERVER_UPDATE)
+    # The chain starts at the ApiServerSource's event: no resync tick ran while pia was Pending.
+    assert install.attributes["cloudevents.event_type"] in (events.APISERVER_ADD, events.APISERVER_UPDATE)
     assert all(c.parent_id == install.span_id for c in checks), "every poll continues install's reply"
     assert store.parent_id == checks[-1].span_id, "store-kubeconfig continues the check that found it ready"
     assert notify.parent_id == store.span_id

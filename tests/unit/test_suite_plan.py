@@ -1,0 +1,84 @@
+"""``make test``'s runner (testbed.suite): every test module runs in exactly one group, and the
+verdict over the groups is read from pytest's own closing lines."""
+
+from __future__ import annotations
+
+import _thread
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from testbed import suite
+
+
+def test_every_module_of_the_suite_is_in_exactly_one_group() -> None:
+    owner = suite.plan(suite.GROUPS)
+    assert set(owner) == set(suite.modules())
+    assert len(owner) > 50, "the plan saw the suite's modules"
+    assert owner["tests/e2e/test_lifecycle.py"] == "e2e-lifecycle"
+    assert owner["tests/cluster/test_scaling.py"] == "cluster"
+    assert {g.name for g in suite.GROUPS} == set(owner.values()) | {"lint+types"}
+
+
+def test_a_module_in_no_group_or_in_two_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "e2e").mkdir(parents=True)
+    (tmp_path / "tests" / "e2e" / "test_new.py").write_text("")
+    with pytest.raises(ValueError, match=r"tests/e2e/test_new.py is in 0 groups \(none\)"):
+        suite.plan([suite.Group("unit", paths=("tests/unit",))], tmp_path / "tests")
+    twice = [suite.Group("a", paths=("tests/e2e",)), suite.Group("b", paths=("tests/e2e/test_new.py",))]
+    with pytest.raises(ValueError, match=r"is in 2 groups \(a, b\)"):
+        suite.plan(twice, tmp_path / "tests")
+
+
+def test_counts_come_from_the_closing_line_only() -> None:
+    output = "\n".join(
+        [
+            "tests/unit/test_x.py ..F",
+            "FAILED tests/unit/test_x.py::test_y - assert 3 passed == 4 passed",
+            "==== 1 failed, 880 passed, 2 skipped, 10 deselected, 1 error in 928.12s (0:15:28) ====",
+        ]
+    )
+    assert suite.counts(output) == {"failed": 1, "passed": 880, "skipped": 2, "deselected": 10, "errors": 1}
+    assert suite.counts("Traceback: the session could not start") == {}
+    totals = {"passed": 880, "failed": 1, "errors": 1, "skipped": 2}
+    assert suite.verdict(totals) == "suite: 880 passed, 2 failed, 2 skipped"
+
+
+def test_groups_run_side_by_side_and_the_verdict_adds_them_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_ok.py").write_text(
+        "def test_a(tmp_path):\n    assert tmp_path.is_dir()\n\ndef test_b():\n    pass\n"
+    )
+    (tests / "test_bad.py").write_text("def test_c():\n    assert 1 == 2\n")
+    groups = [
+        suite.Group("ok", paths=(str(tests / "test_ok.py"),)),
+        suite.Group("bad", paths=(str(tests / "test_bad.py"),)),
+    ]
+    code = suite.run(groups, jobs=2, out_dir=tmp_path / "out", python=sys.executable, extra=["-q", "-p", "no:randomly"])
+    printed = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert printed[-1] == "suite: 2 passed, 1 failed, 0 skipped"
+    assert any(line.startswith("===== suite: bad FAILED (exit 1)") for line in printed)
+    assert any("assert 1 == 2" in line for line in printed), "a failed group's whole output is printed"
+    assert (tmp_path / "out" / "ok.log").is_file() and (tmp_path / "out" / "bad.log").is_file()
+
+
+def test_an_interrupted_suite_stops_its_running_groups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    slow = tmp_path / "test_slow.py"
+    slow.write_text("import time\n\ndef test_slow():\n    time.sleep(120)\n")
+    timer = threading.Timer(3, _thread.interrupt_main)  # Ctrl-C, three seconds in
+    timer.start()
+    try:
+        code = suite.run(
+            [suite.Group("slow", paths=(str(slow),))], jobs=1, out_dir=tmp_path / "out", python=sys.executable
+        )
+    finally:
+        timer.cancel()
+    assert code == 130
+    assert "suite: interrupted; stopped ['slow']" in capsys.readouterr().out
+    assert "KeyboardInterrupt" in (tmp_path / "out" / "slow.log").read_text(), "pytest was stopped as by Ctrl-C"
