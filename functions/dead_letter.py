@@ -4,7 +4,9 @@ Every Trigger's ``deadLetterSink``. Knative sends the original event with extens
 ``knativeerrordest`` (who failed), ``knativeerrorcode`` (their last HTTP status) and
 ``knativeerrordata`` (their response body, base64, cut at 1024 characters). Our functions answer
 errors as ``{"error": message}``, so that message becomes the Tenant's ``status.message``.
-Nothing is changed for a Tenant that is gone, replaced, at a newer generation, or already Ready.
+Nothing is changed for a Tenant that is gone, replaced, at a newer generation, or already Ready,
+nor when the step's last answer said another process had the work in hand (``"inHand": true``,
+``errors.WorkInHand``): a second delivery that waited on another pod's helm run is not a failure.
 
 Tenant updates go to two functions (install, and cleanup for a Tenant being deleted); which one
 gave up is named by ``knativeerrordest`` when it names a function's Service, and otherwise by
@@ -23,7 +25,7 @@ from flask import Flask
 
 from functions.cleanup import shows_deletion
 from shared import events
-from shared.http import Step, function_app
+from shared.http import IN_HAND, Step, function_app
 from shared.kube import Kube
 from shared.reconcile import mark_failed
 from shared.runtime import Runtime
@@ -56,22 +58,28 @@ def failed_step(event: BaseCloudEvent) -> str:
     return STEP_FOR_TYPE.get(event.get_type(), "its subscriber")
 
 
+def last_answer(event: BaseCloudEvent) -> tuple[str, dict[str, object]]:
+    """The failed step's last answer body (``knativeerrordata``): its text, and its JSON object
+    (``{}`` when it is none)."""
+    raw = event.get_extension("knativeerrordata")
+    if not raw:
+        return "", {}
+    try:
+        text = base64.b64decode(str(raw), validate=False).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return "", {}
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text, {}
+    return text, parsed if isinstance(parsed, dict) else {}
+
+
 def failure_reason(event: BaseCloudEvent) -> str:
     """A one-line reason from the knativeerror* extensions."""
     code = str(event.get_extension("knativeerrorcode") or "no response")
-    detail = ""
-    raw = event.get_extension("knativeerrordata")
-    if raw:
-        try:
-            text = base64.b64decode(str(raw), validate=False).decode("utf-8", errors="replace")
-        except (binascii.Error, ValueError):
-            text = ""
-        try:
-            parsed = json.loads(text)
-            detail = str(parsed.get("error", "")) if isinstance(parsed, dict) else ""
-        except ValueError:
-            detail = ""
-        detail = detail or text.strip()
+    text, body = last_answer(event)
+    detail = str(body.get("error", "")) or text.strip()
     reason = f"{event.get_type()} could not be delivered to {failed_step(event)}: last answer {code}"
     return f"{reason}: {detail}" if detail else reason
 
@@ -79,6 +87,11 @@ def failure_reason(event: BaseCloudEvent) -> str:
 def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     reason = failure_reason(event)
     dest = str(event.get_extension("knativeerrordest") or "")
+    if last_answer(event)[1].get(IN_HAND) is True:
+        # The step's last answer was that another process was doing the very work (errors.WorkInHand):
+        # that process answers for the outcome, and resync re-drives a Tenant whose holder died.
+        log.info("dead letter of work another process had in hand; not a failure", extra={"reason": reason})
+        return None
     log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
     mark_failed(kube, ref, reason, reason="CleanupFailed" if failed_step(event) == CLEANUP_STEP else "DeliveryFailed")
     return None

@@ -22,6 +22,13 @@ class TemporaryError(TenantError):
         self.retry_after = retry_after
 
 
+class WorkInHand(TemporaryError):
+    """Another process is doing this very work now (it holds the release's Lease). Asked again
+    later, the delivery may find it done; if the broker gives up first, nothing has failed: the
+    holder's own delivery answers for the outcome, and a holder that died leaves its Tenant to
+    resync's re-drive. Its answer says so (``"inHand": true``), and dead-letter reads it."""
+
+
 class NotReadyYet(TemporaryError):
     """The vCluster is still booting; ask again after the poll interval."""
 

@@ -29,7 +29,8 @@ time went without tracing on.
 
 A ``Conflict`` (someone wrote the Tenant first) re-runs the step on fresh data up to three times
 before it is answered as temporary. Bodies larger than 1 MiB are refused with 413. Error bodies
-are ``{"error": message}``; messages never hold secrets. ``/healthz``, ``/readyz`` and
+are ``{"error": message}``, with ``"inHand": true`` when another process is doing the work
+(``WorkInHand``: dead-letter does not fail a Tenant for it); messages never hold secrets. ``/healthz``, ``/readyz`` and
 ``/metrics`` share the port, since a Knative Service exposes one.
 """
 
@@ -45,13 +46,14 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from shared import events, logs, metrics, timing, tracing
-from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone
+from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone, WorkInHand
 from shared.senders import Refused, SenderCheck
 from shared.tenant import TenantRef
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
+IN_HAND = "inHand"  # in an error body: another process is doing this work (errors.WorkInHand)
 CONFLICT_ATTEMPTS = 3
 
 Handle = Callable[[BaseCloudEvent, TenantRef], BaseCloudEvent | None]
@@ -85,8 +87,9 @@ class Step:
     namespace: str | None = None
 
 
-def _error(status: int, message: str, retry_after: int | None = None) -> Response:
-    response = Response(json.dumps({"error": message}), status=status, mimetype="application/json")
+def _error(status: int, message: str, retry_after: int | None = None, in_hand: bool = False) -> Response:
+    body: dict[str, object] = {"error": message} | ({IN_HAND: True} if in_hand else {})
+    response = Response(json.dumps(body), status=status, mimetype="application/json")
     if retry_after is not None:
         response.headers["Retry-After"] = str(retry_after)
     return response
@@ -248,7 +251,7 @@ def _deliver(step: Step, event: BaseCloudEvent) -> tuple[Response, str]:
         log.info(
             "temporary condition; asking for re-delivery", extra={"error": str(err), "retry_after": err.retry_after}
         )
-        return _error(503, str(err), err.retry_after), "requeue"
+        return _error(503, str(err), err.retry_after, in_hand=isinstance(err, WorkInHand)), "requeue"
     except Exception:
         log.exception("unexpected failure")
         return _error(500, "internal error; see the function's logs"), "error"

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shared.errors import TemporaryError, TenantError
+from shared.errors import TenantError, WorkInHand
 from shared.kube import Kube
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def _lease(kube: Kube, namespace: str, release: str, seconds: int) -> Iterator[N
     holder = holder_identity()
     hold = kube.acquire_lease(namespace, name, holder, seconds)
     if hold is None:
-        raise TemporaryError(
+        raise WorkInHand(
             f"another process is running helm on release {namespace}/{release} (Lease {name})", retry_after=5
         )
     try:

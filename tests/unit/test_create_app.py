@@ -167,6 +167,32 @@ def test_dead_letter_marks_the_tenant_failed(kube: FakeKube, helm: FakeHelm, api
     )
 
 
+def test_a_dead_letter_of_work_another_process_had_in_hand_fails_nothing(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    """install's answer while another pod's helm holds the release's Lease is a 503 that says the
+    work is in hand; should the broker give up on it, dead-letter leaves the Tenant as it is."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
+    kube.leases[("vcluster-bob-dev", "vc-bob-dev-helm")] = "another-pod/1/1"
+    sent = apiserver_event(obj, events.APISERVER_ADD)
+    answer = deliver(install.create_app(stand_ins(kube, helm, api)), sent)
+    assert answer.status_code == 503 and answer.json == {
+        "error": "another process is running helm on release vcluster-bob-dev/vc-bob-dev (Lease vc-bob-dev-helm)",
+        "inHand": True,
+    }
+    errors = {"knativeerrorcode": "503", "knativeerrordata": base64.b64encode(answer.data).decode()}
+    gave_up = CloudEvent(attributes=sent.get_attributes() | errors, data=sent.get_data())
+    writes = dict(kube.calls)
+
+    response = deliver(dead_letter.create_app(stand_ins(kube, helm, api)), gave_up)
+
+    assert response.status_code == 204
+    assert phase(kube) == "Pending"
+    assert {k: v for k, v in kube.calls.items() if k.startswith(("patch", "set", "update", "record"))} == {
+        k: v for k, v in writes.items() if k.startswith(("patch", "set", "update", "record"))
+    }, "no status write, no Event"
+
+
 def test_cleanup_lets_a_deleted_tenant_go(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}, finalizers=[FINALIZER]))
     deleting = kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
