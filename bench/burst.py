@@ -196,8 +196,10 @@ def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> 
     env = os.environ | helm_env(stack.run_dir / "bench-helm")
 
     def argv(kind: str, k: int) -> list[str]:
+        # Not in a vcluster-* namespace: helm runs as admin here, and deploy/base's policy
+        # tenant-helm-records.yaml reserves helm's records there for tenant-install and -cleanup.
         name = f"floor-{kind}-{run_no}-{k:03d}"
-        return [*helm, "upgrade", "--install", f"vc-{name}", str(chart), "-n", f"vcluster-{name}"] + [
+        return [*helm, "upgrade", "--install", f"vc-{name}", str(chart), "-n", f"bench-{name}"] + [
             "--create-namespace",
             "-f",
             str(values),
@@ -207,7 +209,7 @@ def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> 
     for k in range(count):
         run(argv("seq", k), env=env)
     sequential = time.perf_counter() - began
-    delete_namespaces(stack, f"vcluster-floor-seq-{run_no}-")
+    delete_namespaces(stack, f"bench-floor-seq-{run_no}-")
     began = time.perf_counter()
     procs = [
         subprocess.Popen(argv("par", k), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -217,7 +219,7 @@ def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> 
     parallel = time.perf_counter() - began
     if failed:
         raise RuntimeError(f"{len(failed)} parallel helm installs failed: {failed[0]}")
-    delete_namespaces(stack, f"vcluster-floor-par-{run_no}-")
+    delete_namespaces(stack, f"bench-floor-par-{run_no}-")
     return Floors(sequential, parallel)
 
 

@@ -11,7 +11,10 @@ acknowledged at once, without an API call. For one that is:
 2. if namespace ``vcluster-{tenantName}`` is this Tenant's (``shared.ownership``): ``helm
    uninstall`` of its release, then the namespace is deleted (its PVCs and everything else in it
    go with it); if the kubeconfig Secret is this Tenant's, it is deleted. Whatever belongs to
-   someone else is left alone, with a Warning Event saying so;
+   someone else is left alone, with a Warning Event saying so. When helm's history of the release
+   was tampered with (``shared.release``: a Secret with its labels that helm did not write), helm
+   is not asked what to delete: the uninstall is skipped with a Warning Event ``ReleaseTampered``
+   and the namespace deleted all the same;
 3. while the namespace still exists (Terminating), 503 with ``Retry-After:
    CLEANUP_POLL_SECONDS``: the broker asks again, as it does for check-ready;
 4. once everything is gone: Event ``CleanupFinished``, the finalizer is removed (which lets the
@@ -33,7 +36,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared import claims, events
-from shared.errors import NamespaceTerminating, NotReadyYet
+from shared.errors import NamespaceTerminating, NotReadyYet, ReleaseTampered
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
@@ -106,13 +109,7 @@ def handle(
     verdict = judge(None if namespace is None else namespace.labels, tenant, legacy_namespace_labels(tenant))
     if namespace is not None and owned(verdict):
         if not namespace.terminating:
-            # helm reads and writes the release's Secrets through install's RoleBinding in this
-            # namespace (shared.access); a refusal is a helm failure, temporary like all of them.
-            try:
-                with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
-                    helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
-            except NamespaceTerminating:
-                log.info("namespace deletion already started (by another delivery); no uninstall needed")
+            _uninstall(kube, helm, settings, tenant)
             kube.delete_namespace(names.namespace)
             log.info("namespace deletion started", extra={"namespace": names.namespace})
         waiting.append(f"namespace {names.namespace} to be deleted")
@@ -137,6 +134,27 @@ def handle(
     log.info("cleanup finished; finalizer removed")
     _tell_kubeopera_api(kube, api, tenant)
     return None
+
+
+def _uninstall(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> None:
+    """``helm uninstall`` of the Tenant's release, unless helm's history of it was tampered with (a
+    Secret with the release's labels that helm did not write, ``claims.check_history``): then helm
+    is not asked what to delete, since a forged record could name anything. That is logged and
+    recorded as a Warning Event ``ReleaseTampered``; the namespace deletion that follows removes
+    the release's objects with everything else in the namespace."""
+    names = tenant.spec.names
+    # helm reads and writes the release's Secrets through install's RoleBinding in this
+    # namespace (shared.access); a refusal is a helm failure, temporary like all of them.
+    try:
+        claims.check_history(kube, tenant)
+        with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
+            helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
+    except NamespaceTerminating:
+        log.info("namespace deletion already started (by another delivery); no uninstall needed")
+    except ReleaseTampered as err:
+        message = f"helm uninstall skipped, the namespace is deleted with all in it: {err}"
+        log.warning(message)
+        kube.record_event(tenant, TenantEvent("Warning", ReleaseTampered.reason, message))
 
 
 def _left_alone(kube: Kube, tenant: Tenant, thing: str, verdict: Verdict) -> None:

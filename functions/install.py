@@ -13,20 +13,27 @@ Otherwise, in this order:
 3. ownership (design.md section 1): an older Tenant asking for the same ``tenantName`` or
    ``cloudSpaceID``, or a namespace or release that carries another owner (or none of ours),
    fails this Tenant with a message naming the owner, and nothing of theirs is touched;
-4. namespace ``vcluster-{tenantName}`` is created with the owner labels (or, made by this very
-   Tenant before ownership labels existed, given them once), and in it the Roles and
-   RoleBindings that let check-ready, store-kubeconfig and cleanup read the Secrets they need
-   there, and only there (``shared.access``), before anything that needs them runs;
-5. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
+4. namespace ``vcluster-{tenantName}`` is created with the owner labels and the Pod Security
+   labels (``shared.isolation``; made by this very Tenant before ownership labels existed, it is
+   given them once; a Pod Security label removed or changed since is put back), and in it the
+   Roles and RoleBindings that let check-ready, store-kubeconfig and cleanup read the Secrets
+   they need there, and only there (``shared.access``), before anything that needs them runs;
+5. helm's history of the release is checked (``claims.check_history``): a Secret that carries
+   the release's labels but is not a record helm wrote fails the Tenant with reason
+   ``ReleaseTampered`` (a Warning Event naming the Secret, its type and labels), and no helm
+   operation runs;
+6. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
    if it already has these values), holding the release's Lease (``shared.locks``) so that one
    helm operation runs per release across every install pod; a release a killed helm left
    pending for longer than ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.helm``);
-6. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
+7. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 
-A delivery that leaves the Tenant alone still ensures step 4's grants when the namespace is this
-Tenant's (``access.grant_if_ours``): a Tenant made before they existed gets them on its next
-delivery, its deletion included, so its cleanup can work. That is best effort: a refusal is
-logged, never a reason to fail a Tenant install otherwise leaves alone.
+A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
+when the namespace is this Tenant's (``access.grant_if_ours``): a Tenant made before they
+existed gets them on its next delivery, its deletion included, so its cleanup can work, and a
+label changed by hand comes back (once ``access.RECHECK_SECONDS`` have passed since this
+process last checked). That is best effort: a refusal is logged, never a reason to fail a
+Tenant install otherwise leaves alone.
 """
 
 from __future__ import annotations
@@ -134,12 +141,18 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         tenant = kube.set_finalizer(tenant, present=True)
     claims.check_rivals(kube, tenant)
     names = tenant.spec.names
-    namespace = claims.namespace_verdict(kube, tenant)
-    if namespace.claim == Claim.FREE and not kube.create_namespace(names.namespace, namespace_labels(tenant)):
-        namespace = claims.namespace_verdict(kube, tenant)  # made by someone else just now: judge it
+    pod_security = settings.isolation.pod_security_labels()
+    namespace, labels = claims.namespace_claim(kube, tenant)
+    if namespace.claim == Claim.FREE:
+        if kube.create_namespace(names.namespace, namespace_labels(tenant) | pod_security):
+            labels = None
+        else:  # made by someone else just now: judge it
+            namespace, labels = claims.namespace_claim(kube, tenant)
     if namespace.claim == Claim.ADOPT:
-        kube.label_namespace(names.namespace, namespace_labels(tenant))
+        kube.label_namespace(names.namespace, namespace_labels(tenant) | pod_security)
         log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
+    elif namespace.claim == Claim.OURS and labels is not None:
+        access.keep_labels(kube, names.namespace, labels, pod_security)
     access.grant(kube, tenant, settings.tenant_namespace)
 
     # Pending again (a retry, or resync after the vCluster's StatefulSet went away) with the
@@ -156,10 +169,13 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         if fresh is None or (is_settled(fresh) and fresh.has_finalizer):
             log.info("provisioned by another delivery meanwhile; nothing to add")
             return None
+        # A tampered history (a Secret with the release's labels that helm did not write) fails
+        # the Tenant with ReleaseTampered before any helm process reads it; the guard checks again.
+        claims.check_history(kube, tenant)
         release = helm.install_or_upgrade(
             names.release,
             names.namespace,
-            vcluster_values(tenant, settings.environment),
+            vcluster_values(tenant, settings.environment, settings.isolation),
             guard=claims.release_guard(kube, tenant),
             reapply=reapply,
         )
@@ -190,7 +206,7 @@ def _grant_if_ours(kube: Kube, tenant: Tenant, settings: Settings) -> None:
     error is raised (the broker re-delivers, and a repeat only reads); a namespace being deleted
     needs nothing; a refusal is logged and the Tenant left as it is."""
     try:
-        access.grant_if_ours(kube, tenant, settings.tenant_namespace)
+        access.grant_if_ours(kube, tenant, settings.tenant_namespace, settings.isolation.pod_security_labels())
     except NamespaceTerminating:
         log.info("namespace is being deleted; no access to grant there")
     except PermanentError as err:

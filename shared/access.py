@@ -1,4 +1,6 @@
-"""The other functions' access to Secrets in a Tenant's namespace: granted there by install.
+"""The other functions' access to Secrets in a Tenant's namespace: granted there by install;
+and the namespace's own labels that install keeps true (``keep_labels``: its Pod Security labels,
+``shared.isolation``), checked on the same reads.
 
 install holds cluster-wide rules on Secrets (helm's release records and the chart's Secret;
 policy/tenant-install-scope.yaml confines its writes to vcluster-*). check-ready,
@@ -148,11 +150,12 @@ def grant(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
     return writes
 
 
-def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
-    """``grant``, if the namespace exists, is not being deleted and carries this Tenant's uid:
-    for install's deliveries that otherwise leave the Tenant alone, so a Tenant made before
-    these grants existed gets them on its next delivery (and its cleanup can work). Nothing is
-    read when this process ensured them less than ``RECHECK_SECONDS`` ago."""
+def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str, labels: Mapping[str, str] | None = None) -> int:
+    """``grant`` (and ``keep_labels`` with ``labels``), if the namespace exists, is not being
+    deleted and carries this Tenant's uid: for install's deliveries that otherwise leave the
+    Tenant alone, so a Tenant made before these grants (or labels) existed gets them on its next
+    delivery (and its cleanup can work), and a label removed or changed by hand is put back.
+    Nothing is read when this process ensured them less than ``RECHECK_SECONDS`` ago."""
     if recently_ensured(tenant):
         return 0
     found = kube.get_namespace(tenant.spec.names.namespace)
@@ -160,7 +163,19 @@ def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
         return 0
     if judge(found.labels, tenant, legacy_namespace_labels(tenant)).claim != Claim.OURS:
         return 0
-    return grant(kube, tenant, service_namespace)
+    writes = keep_labels(kube, tenant.spec.names.namespace, found.labels, labels or {})
+    return writes + grant(kube, tenant, service_namespace)
+
+
+def keep_labels(kube: Kube, namespace: str, current: Mapping[str, str], wanted: Mapping[str, str]) -> int:
+    """Put ``wanted`` back on this Tenant's namespace where ``current`` lacks one or has another
+    value (the caller has judged the namespace this Tenant's). Returns the writes it took."""
+    if has_labels(current, wanted):
+        return 0
+    drift = sorted(k for k, v in wanted.items() if current.get(k) != v)
+    kube.label_namespace(namespace, wanted)
+    log.info("namespace labels put back", extra={"namespace": namespace, "labels": drift})
+    return 1
 
 
 def _ensure_role(kube: Kube, want: Role) -> int:

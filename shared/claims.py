@@ -5,7 +5,9 @@ the namespace and the kubeconfig Secret, the owner's Tenant when the labels name
 and the Tenants that ask for the same ``tenantName`` or ``cloudSpaceID`` (by the CRD's
 selectable fields, so one small list each). Each check raises the error ``refusal`` chose:
 ``OwnershipConflict`` (the Tenant is Failed, nothing touched) or ``TemporaryError`` while the
-owner is being deleted.
+owner is being deleted. ``check_history`` reads helm's record of the Tenant's release and raises
+``ReleaseTampered`` when a Secret there carries the release's labels but is not helm's
+(``shared.release``); the helm guard runs it too, before it judges the release's values.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from shared import access
 from shared.kube import Kube
 from shared.ownership import (
     Claim,
@@ -28,7 +31,11 @@ from shared.ownership import (
     rival,
     rival_refusal,
 )
+from shared.release import ReleaseRecords
 from shared.tenant import Tenant
+
+# Who may write helm's records in vcluster-* besides tenant-install (deploy/base/policy/tenant-helm-records.yaml).
+CLEANUP_IDENTITY = "system:serviceaccount:kubeopera-system:tenant-cleanup"
 
 
 def check_rivals(kube: Kube, tenant: Tenant) -> None:
@@ -58,9 +65,13 @@ def namespace_thing(tenant: Tenant) -> Thing:
 
 
 def release_thing(tenant: Tenant) -> Thing:
+    """A release; removed by hand as tenant-cleanup, since policy/tenant-helm-records.yaml
+    reserves helm's records in vcluster-* for tenant-install and tenant-cleanup."""
     names = tenant.spec.names
     return Thing(
-        "helm release", f"{names.namespace}/{names.release}", f"helm uninstall {names.release} -n {names.namespace}"
+        "helm release",
+        f"{names.namespace}/{names.release}",
+        f"helm uninstall {names.release} -n {names.namespace} --kube-as-user {CLEANUP_IDENTITY}",
     )
 
 
@@ -71,15 +82,32 @@ def secret_thing(tenant: Tenant, secret_namespace: str) -> Thing:
 
 def namespace_verdict(kube: Kube, tenant: Tenant) -> Verdict:
     """Whose is namespace vcluster-<tenantName>, refusing when it is not this Tenant's."""
+    return namespace_claim(kube, tenant)[0]
+
+
+def namespace_claim(kube: Kube, tenant: Tenant) -> tuple[Verdict, Mapping[str, str] | None]:
+    """``namespace_verdict`` and the labels it judged (None: no namespace), for install, which
+    keeps some of them true (``access.keep_labels``) without reading the namespace again."""
     found = kube.get_namespace(tenant.spec.names.namespace)
-    verdict = judge(None if found is None else found.labels, tenant, legacy_namespace_labels(tenant))
-    return require(kube, tenant, verdict, namespace_thing(tenant), "tenantName", tenant.spec.tenant_name)
+    labels = None if found is None else found.labels
+    verdict = judge(labels, tenant, legacy_namespace_labels(tenant))
+    return require(kube, tenant, verdict, namespace_thing(tenant), "tenantName", tenant.spec.tenant_name), labels
+
+
+def check_history(kube: Kube, tenant: Tenant) -> None:
+    """Raise ``ReleaseTampered`` if helm's history of the Tenant's release holds a Secret that helm
+    did not write (one LIST of the release's Secrets; ``shared.release.history``)."""
+    names = tenant.spec.names
+    with access.granted_at_run_time(names.namespace):  # cleanup reads there through install's grant
+        ReleaseRecords(kube).release(names.release, names.namespace)
 
 
 def release_guard(kube: Kube, tenant: Tenant) -> Callable[[Mapping[str, Any] | None], None]:
-    """A helm guard (``shared.helm.Guard``) that refuses a release this Tenant does not own."""
+    """A helm guard (``shared.helm.Guard``) that refuses a tampered history (``check_history``)
+    and a release this Tenant does not own."""
 
     def guard(values: Mapping[str, Any] | None) -> None:
+        check_history(kube, tenant)
         verdict = judge(release_labels(values), tenant, legacy_release_labels(tenant))
         require(kube, tenant, verdict, release_thing(tenant), "tenantName", tenant.spec.tenant_name)
 

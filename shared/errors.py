@@ -67,6 +67,15 @@ class OwnershipConflict(PermanentError):
     reason = "OwnershipConflict"
 
 
+class ReleaseTampered(PermanentError):
+    """helm's history of a release holds a Secret that is not one of helm's records: it carries the
+    release's labels (``owner=helm``, ``name=<release>``) but not the type, the name or the
+    ``version`` label helm gives a record (``shared.release``). No helm operation may trust that
+    history; the message names each such Secret, its type and labels, never its data."""
+
+    reason = "ReleaseTampered"
+
+
 class ProvisionTimeout(PermanentError):
     """The vCluster was not ready within ``PROVISION_TIMEOUT_SECONDS``."""
 

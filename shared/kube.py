@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from shared import tracing
 from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
 from shared.rbac import Role, RoleBinding
+from shared.release import SecretMeta
 from shared.senders import Review
 from shared.tenant import (
     API_VERSION,
@@ -453,14 +454,17 @@ class Kube:
             (i.metadata.namespace, i.metadata.name, i.metadata.uid, dict(i.metadata.labels or {})) for i in result.items
         ]
 
-    def list_secret_labels(self, namespace: str, label_selector: str) -> list[dict[str, str]]:
-        """The labels of each Secret in ``namespace`` matching the selector (helm's release
-        record, ``shared.release``); a 403 is ``Forbidden``."""
+    def list_secret_records(self, namespace: str, label_selector: str) -> list[SecretMeta]:
+        """The name, type and labels of each Secret in ``namespace`` matching the selector (helm's
+        release record, ``shared.release``; the data is dropped unread); a 403 is ``Forbidden``."""
         result = _call(
             f"list secrets {namespace} {label_selector}",
             lambda: self._core.list_namespaced_secret(namespace, label_selector=label_selector),
         )
-        return [dict(i.metadata.labels or {}) for i in result.items]
+        return [
+            SecretMeta(name=str(i.metadata.name), type=str(i.type or ""), labels=dict(i.metadata.labels or {}))
+            for i in result.items
+        ]
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         secret = _found_or_none(

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from shared.errors import ConfigError
+from shared.isolation import Isolation
 from shared.naming import DEFAULT_TENANT_NAMESPACE
 
 # The check-ready and cleanup Triggers' retryAfterMax (eventing/triggers): the broker caps every
@@ -52,6 +53,10 @@ class Settings:
     # a Settings built in code (the unit tests) checks no sender unless it is given an audience.
     sender_audience: str = ""  # SENDER_AUDIENCE: the audience the broker's tokens carry for this function
     sender_subjects: frozenset[str] = frozenset()  # SENDER_SUBJECTS: identities allowed to deliver
+    # A tenant's namespace policies and Pod Security level (shared.isolation: TENANT_RESOURCE_QUOTA,
+    # TENANT_LIMIT_DEFAULT, TENANT_LIMIT_DEFAULT_REQUEST, TENANT_EGRESS_CIDR, TENANT_EGRESS_EXCEPT,
+    # POD_SECURITY_ENFORCE; each defaults to the vcluster 0.21.2 chart's own default, baseline).
+    isolation: Isolation = Isolation()
 
     @property
     def verify_senders(self) -> bool:
@@ -103,6 +108,7 @@ class Settings:
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
             sink_url=get("K_SINK", defaults.sink_url),
             sink_token_file=Path(get("SINK_TOKEN_FILE", str(defaults.sink_token_file))),
+            isolation=Isolation.from_env(env),
             **_senders(env),
         )
 

@@ -13,19 +13,29 @@ both forced by the real vcluster 0.21 chart (design.md section 5):
 ``ENVIRONMENT``, the tenant's names and its owner labels (``shared.ownership``: the Tenant
 object's uid, namespace and name) become labels on the control plane StatefulSet; the owner
 labels in a release's values are how install and cleanup tell whose release it is.
+
+``policies`` turns on the chart's ResourceQuota, LimitRange and egress NetworkPolicies for the
+tenant's namespace, with the numbers of ``shared.isolation`` (settings; the chart's defaults unless
+set): the vCluster docs' isolated mode. tests/unit/test_values_schema.py checks the whole against
+the real chart's schema; tests/integration/test_isolation_render.py that the stand-in chart renders
+from them what the real one does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from shared.isolation import Isolation
 from shared.ownership import legacy_release_labels, owner_labels
 from shared.tenant import Tenant
 
 LABEL_ENVIRONMENT = "kubeopera.io/environment"
+CHART_DEFAULTS = Isolation()  # the chart's own numbers and Pod Security baseline
 
 
-def vcluster_values(tenant: Tenant, environment: str) -> dict[str, Any]:
+def vcluster_values(tenant: Tenant, environment: str, isolation: Isolation = CHART_DEFAULTS) -> dict[str, Any]:
+    """The values of ``tenant``'s release (install passes ``Settings.isolation``; the default is
+    the chart's own numbers)."""
     spec = tenant.spec
     names = spec.names
     quota = {"cpu": spec.quota.cpu, "memory": spec.quota.memory}
@@ -44,4 +54,5 @@ def vcluster_values(tenant: Tenant, environment: str) -> dict[str, Any]:
             }
         },
         "exportKubeConfig": {"server": names.in_cluster_server},
+        "policies": isolation.helm_policies(control_plane=quota),
     }

@@ -111,3 +111,22 @@ def dockerfile_entrypoint() -> list[str]:
     assert len(found) == 1, "the Dockerfile must have exactly one exec-form ENTRYPOINT"
     entrypoint: list[str] = yaml.safe_load(found[0])
     return entrypoint
+
+
+def impersonating(service_account: str, namespace: str = "kubeopera-system") -> list[str]:
+    """kubectl's flags to act as a ServiceAccount, with the groups the API server gives it."""
+    return [
+        f"--as=system:serviceaccount:{namespace}:{service_account}",
+        "--as-group=system:serviceaccounts",
+        f"--as-group=system:serviceaccounts:{namespace}",
+        "--as-group=system:authenticated",
+    ]
+
+
+def kubectl_run(
+    kubectl: Path, kubeconfig: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """kubectl, allowed to fail: for checks of what the API server refuses."""
+    return subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True, text=True, timeout=120
+    )

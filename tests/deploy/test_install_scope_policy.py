@@ -21,29 +21,17 @@ import yaml
 
 from shared.naming import DEFAULT_TENANT_NAMESPACE
 
-from .manifests import DEPLOY, RBAC, documents
+from .manifests import DEPLOY, RBAC, documents, impersonating, kubectl_run
 
 pytestmark = pytest.mark.integration
 
 POLICY = DEPLOY / "base" / "policy" / "tenant-install-scope.yaml"
 NAMESPACE = DEFAULT_TENANT_NAMESPACE
-IMPERSONATE = [
-    "--as=system:serviceaccount:kubeopera-system:tenant-install",
-    "--as-group=system:serviceaccounts",
-    "--as-group=system:serviceaccounts:kubeopera-system",
-    "--as-group=system:authenticated",
-]
+IMPERSONATE = impersonating("tenant-install")
 DENIED = "tenant-install may only change vcluster-* namespaces"
 
 
-def run(kubectl: Path, kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(kubectl), "--kubeconfig", str(kubeconfig), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+run = kubectl_run
 
 
 def configmap(name: str, namespace: str) -> str:

@@ -53,6 +53,19 @@ NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
             "an upgrade that changes or drops them",
         ),
         ("coordination.k8s.io", {"leases"}, {"get", "update"}, "another holder's Lease: tests/e2e/test_faults.py"),
+        (
+            "",
+            {"resourcequotas", "limitranges"},
+            {"patch", "delete"},
+            "an upgrade that changes them (a quota change, a TENANT_* setting); uninstall of a stuck "
+            "pending-install: tests/e2e/test_faults.py",
+        ),
+        (
+            "networking.k8s.io",
+            {"networkpolicies"},
+            {"patch", "delete"},
+            "an upgrade that changes them (TENANT_EGRESS_*); uninstall of a stuck pending-install",
+        ),
     ],
     "tenant-cleanup": [
         ("coordination.k8s.io", {"leases"}, {"get", "update"}, "another holder's Lease: tests/e2e/test_faults.py"),

@@ -3,6 +3,9 @@
 - ``tenant_crd`` (session): ``deploy/crd/tenants.yaml`` applied as shipped (server-side, as
   docs/deploy.md says) and Established.
 - ``custom_objects`` (session): a ``CustomObjectsApi`` of the admin client.
+- ``helm`` (function): the helm adapter on the real helm CLI, the session's registry and API
+  server (a module may define its own).
+- ``records`` (function): helm's release records read from the API, as check-ready reads them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from shared.helm import Helm
+from shared.kube import Kube
+from shared.release import ReleaseRecords
 from testbed.controlplane import ControlPlane, kubectl
+from testbed.toolchain import Toolchain
 
 REPO = Path(__file__).resolve().parents[2]
 TENANT_CRD = REPO / "deploy" / "crd" / "tenants.yaml"
@@ -32,3 +39,19 @@ def custom_objects(kube_admin_kubeconfig: Path) -> Iterator[k8s.CustomObjectsApi
     api = k8s_config.new_client_from_config(config_file=str(kube_admin_kubeconfig))
     yield k8s.CustomObjectsApi(api)
     api.close()
+
+
+@pytest.fixture
+def helm(
+    toolchain: Toolchain, chart_ref: str, helm_env: dict[str, str], kube_admin_kubeconfig: Path, tmp_path: Path
+) -> Helm:
+    return Helm(
+        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+    )
+
+
+@pytest.fixture
+def records(kube_admin_kubeconfig: Path) -> Iterator[ReleaseRecords]:
+    kube = Kube.connect(kube_admin_kubeconfig)
+    yield ReleaseRecords(kube)
+    kube.close()

@@ -6,7 +6,6 @@ import base64
 import gzip
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,29 +13,10 @@ import pytest
 
 from shared.errors import PermanentError, TemporaryError
 from shared.helm import Helm
-from shared.kube import Kube
 from shared.release import ReleaseRecords
 from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def helm(
-    toolchain: Toolchain, chart_ref: str, helm_env: dict[str, str], kube_admin_kubeconfig: Path, tmp_path: Path
-) -> Helm:
-    """The adapter on the real helm CLI, the session's registry and API server."""
-    return Helm(
-        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
-    )
-
-
-@pytest.fixture
-def records(kube_admin_kubeconfig: Path) -> Iterator[ReleaseRecords]:
-    """helm's release record read from the API (what check-ready does instead of ``helm status``)."""
-    kube = Kube.connect(kube_admin_kubeconfig)
-    yield ReleaseRecords(kube)
-    kube.close()
 
 
 def released_values(toolchain: Toolchain, kubeconfig: Path, namespace: str, release: str) -> Any:

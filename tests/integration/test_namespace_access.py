@@ -38,6 +38,7 @@ from shared.errors import Forbidden, TemporaryError
 from shared.helm import Helm
 from shared.kube import Kube
 from shared.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.rbac import has_labels
 from shared.release import ReleaseRecords
 from shared.settings import Settings
 from shared.tenant import Tenant, TenantRef
@@ -191,6 +192,26 @@ def test_secrets_are_readable_only_where_install_granted_it(
             found = admin_kube.get_role_binding(binding.namespace, binding.name)
             assert found == binding and found is not None and found.labels == binding.labels
         assert access.grant(clients["tenant-install"], tenant, NAMESPACE) == 0, "a second run writes nothing"
+
+        # isolation (README, "Tenant isolation"): helm made the chart's namespace policies under
+        # install's RBAC, and the Pod Security labels install wrote come back when changed by hand
+        # (on the next delivery, a settled one included, once this process's recheck window is over)
+        assert admin.read_namespaced_resource_quota(f"vc-{names.release}", names.namespace).spec.hard
+        assert admin.read_namespaced_limit_range(f"vc-{names.release}", names.namespace).spec.limits
+        networking = k8s.NetworkingV1Api(admin.api_client)
+        policies = networking.list_namespaced_network_policy(names.namespace).items
+        assert sorted(p.metadata.name for p in policies) == [f"vc-cp-{names.release}", f"vc-work-{names.release}"]
+        pod_security = settings.isolation.pod_security_labels()
+        assert has_labels(admin_kube.get_namespace(names.namespace).labels, pod_security)  # type: ignore[union-attr]
+        admin.patch_namespace(
+            names.namespace,
+            {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged",
+                                     "pod-security.kubernetes.io/warn": None}}},
+        )  # fmt: skip
+        assert not has_labels(admin_kube.get_namespace(names.namespace).labels, pod_security)  # type: ignore[union-attr]
+        access.forget_ensured()
+        assert install.handle(clients["tenant-install"], helm_install, settings, ref) is None  # settled: left alone
+        assert has_labels(admin_kube.get_namespace(names.namespace).labels, pod_security)  # type: ignore[union-attr]
 
         # what vcluster writes, and other Secrets the functions must not read
         secret(admin, names.namespace, names.vcluster_secret, CONFIG)

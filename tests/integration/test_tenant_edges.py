@@ -188,3 +188,53 @@ def test_tenant_names_of_2_and_33_characters_are_refused(
     refusal = refused(create(custom_objects, namespace, tenant_body("bad-name", tenant_name=name)))
     causes = refusal.on("spec.tenantName")
     assert [c.message for c in causes] == [message], refusal.message
+
+
+# What cannot finish is refused at the door (issue 23): an upper-case cloudSpaceID (it names a
+# Secret, and a Secret name is lower case) and a metadata.name that is no label value.
+
+LOWER_CASE_ID = "cloudSpaceID must be a UUID in lower case, such as 7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
+
+
+@pytest.mark.parametrize(
+    "cloud_space_id",
+    [
+        "7E9D3A1B-2C4D-4E5F-9A6B-7C8D9E0F1A2B",
+        "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1A2b",  # one letter is enough
+        "7e9d3a1b2c4d4e5f9a6b7c8d9e0f1a2b",  # a UUID without its dashes
+        "{7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b}",
+        "urn:uuid:7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b",
+    ],
+)
+def test_a_cloud_space_id_not_in_lower_case_uuid_form_is_refused_with_the_rule(
+    custom_objects: k8s.CustomObjectsApi, namespace: str, cloud_space_id: str
+) -> None:
+    body = tenant_body("upper-id")
+    body["spec"]["cloudSpaceID"] = cloud_space_id
+    refusal = refused(create(custom_objects, namespace, body))
+    messages = [c.message for c in refusal.on("spec.cloudSpaceID")]
+    assert any(LOWER_CASE_ID in m and "tenant-<cloudSpaceID>-kubeconfig" in m for m in messages), refusal.message
+
+
+def test_a_lower_case_cloud_space_id_is_admitted_and_names_a_valid_secret(
+    custom_objects: k8s.CustomObjectsApi, namespace: str
+) -> None:
+    obj = admitted(create(custom_objects, namespace, tenant_body("lower-id")))
+    secret = Tenant.from_object(obj).spec.names.kubeconfig_secret
+    assert secret == secret.lower() and len(secret) <= 253
+
+
+@pytest.mark.parametrize("length", [63, 64, 253])
+def test_a_tenant_name_is_at_most_63_characters_a_label_value(
+    custom_objects: k8s.CustomObjectsApi, namespace: str, length: int
+) -> None:
+    name = ("n" + "0123456789" * 26)[: length - 1] + "z"
+    result = create(custom_objects, namespace, tenant_body(name, tenant_name="long-name"))
+    if length <= 63:
+        assert admitted(result)["metadata"]["name"] == name
+        return
+    refusal = refused(result)
+    assert refusal.message == (
+        f'Tenant.kubeopera.io "{name}" is invalid: <nil>: Invalid value: "object": '
+        "metadata.name must be at most 63 characters (it is the value of the label kubeopera.io/owner-name)"
+    )

@@ -32,7 +32,7 @@ from shared.kube import NamespaceInfo, Rollout, StoredSecret
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
 from shared.rbac import Role, RoleBinding
-from shared.release import DEPLOYED, PENDING_STATES, ReleaseState
+from shared.release import DEPLOYED, PENDING_STATES, RECORD_TYPE, ReleaseState, SecretMeta, record_name
 from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 
 TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE
@@ -192,17 +192,27 @@ class FakeKube:
         self.namespaces[name] = {"labels": dict(labels), "terminating": terminating}
 
     def finish_namespace_deletion(self, name: str) -> None:
-        """The namespace controller is done: a terminating namespace disappears."""
+        """The namespace controller is done: a terminating namespace disappears, and what was in it
+        (Roles, RoleBindings, Secrets, helm's release records among them)."""
         assert self.namespaces[name]["terminating"], f"namespace {name} is not being deleted"
         del self.namespaces[name]
-        for held in (self.roles, self.role_bindings):
+        releases = self.helm.releases if self.helm is not None else {}
+        for held in (self.roles, self.role_bindings, self.secrets, releases):
             for key in [k for k in held if k[0] == name]:
                 del held[key]
 
-    def add_secret(self, namespace: str, name: str, data: Mapping[str, bytes], labels: Mapping[str, str]) -> None:
+    def add_secret(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, bytes],
+        labels: Mapping[str, str],
+        type_: str = "Opaque",
+    ) -> None:
         self.secrets[(namespace, name)] = {
             "labels": dict(labels),
             "data": dict(data),
+            "type": type_,
             "resourceVersion": self._next_version(),
         }
 
@@ -423,17 +433,22 @@ class FakeKube:
         found = self.secrets.get((namespace, name))
         return (found["data"].get(key) or None) if found is not None else None
 
-    def list_secret_labels(self, namespace: str, label_selector: str) -> list[dict[str, str]]:
-        """helm's release record (shared.release) of the FakeHelm on this FakeKube: one record per
-        release, its current revision, labelled as helm's Secret driver labels it."""
-        _tally(self.calls, "list_secret_labels")
+    def list_secret_records(self, namespace: str, label_selector: str) -> list[SecretMeta]:
+        """helm's release record (shared.release) of the FakeHelm on this FakeKube, one record per
+        release, its current revision, named, typed and labelled as helm's Secret driver does;
+        and every Secret added in ``namespace`` whose labels match (a forged record, say)."""
+        _tally(self.calls, "list_secret_records")
         wanted = dict(part.split("=", 1) for part in label_selector.split(","))
-        records = []
-        for (ns, release), found in (self.helm.releases if self.helm else {}).items():
-            labels = {"owner": "helm", "name": release, "status": found["status"], "version": str(found["revision"])}
+        found = []
+        for (ns, release), current in (self.helm.releases if self.helm else {}).items():
+            revision = current["revision"]
+            labels = {"owner": "helm", "name": release, "status": current["status"], "version": str(revision)}
             if ns == namespace and wanted.items() <= labels.items():
-                records.append(labels)
-        return records
+                found.append(SecretMeta(record_name(release, revision), RECORD_TYPE, labels))
+        for (ns, name), secret in self.secrets.items():
+            if ns == namespace and wanted.items() <= secret["labels"].items():
+                found.append(SecretMeta(name, secret["type"], dict(secret["labels"])))
+        return found
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         _tally(self.calls, "get_secret")
@@ -460,6 +475,7 @@ class FakeKube:
         self.secrets[(namespace, name)] = {
             "labels": dict(labels),
             "data": dict(data),
+            "type": "Opaque",
             "resourceVersion": self._next_version(),
         }
 

@@ -27,6 +27,7 @@ from shared.errors import (
     PermanentError,
     ProvisionTimeout,
     TemporaryError,
+    WorkInHand,
 )
 from shared.http import Step, function_app
 from shared.kube import Rollout
@@ -213,7 +214,7 @@ def test_install_writes_pending_then_the_finalizer_before_it_makes_anything(kube
     assert (pending["type"], pending["message"], pending["count"]) == ("Normal", "accepted; waiting for install", 1)
     tenant = live(kube)
     assert tenant.finalizers == (FINALIZER,)
-    assert kube.namespaces[BOB_NS]["labels"] == namespace_labels(tenant)
+    assert kube.namespaces[BOB_NS]["labels"] == namespace_labels(tenant) | SETTINGS.isolation.pod_security_labels()
     values = helm.values_of(BOB_RELEASE, BOB_NS)
     assert values == vcluster_values(tenant, SETTINGS.environment)
     assert release_labels(values)[LABEL_OWNER_UID] == tenant.uid
@@ -418,7 +419,7 @@ def test_install_adopts_the_previous_versions_namespace_and_release_once(kube: F
 
     assert run_install(kube, helm, obj) is not None
 
-    assert kube.namespaces[BOB_NS]["labels"] == namespace_labels(tenant)
+    assert kube.namespaces[BOB_NS]["labels"] == namespace_labels(tenant) | SETTINGS.isolation.pod_security_labels()
     assert helm.operations == [("upgrade", f"{BOB_NS}/{BOB_RELEASE}")]
     assert release_labels(helm.values_of(BOB_RELEASE, BOB_NS)) == (
         {"kubeopera.io/environment": "development"}
@@ -1272,7 +1273,7 @@ def test_the_own_object_hint_is_taken_only_for_a_settled_update_this_process_pro
 def test_install_waits_while_another_process_holds_the_release_lease(kube: FakeKube, helm: FakeHelm) -> None:
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     kube.leases[(BOB_NS, f"{BOB_RELEASE}-helm")] = "another-pod/1/1"
-    with pytest.raises(TemporaryError, match="another process is running helm on release vcluster-bob-dev/vc-bob-dev"):
+    with pytest.raises(WorkInHand, match="another process is running helm on release vcluster-bob-dev/vc-bob-dev"):
         run_install(kube, helm, obj)
     assert helm.operations == []
 

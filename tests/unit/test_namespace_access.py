@@ -214,12 +214,62 @@ def test_a_tenant_install_leaves_alone_gets_the_grants_in_its_namespace(
 
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
 
-    assert [what for what, _ in kube.journal] == ["role create"] + ["rolebinding create"] * 3
+    # made before the Pod Security labels too: they come with the grants
+    assert [what for what, _ in kube.journal] == ["namespace label", "role create"] + ["rolebinding create"] * 3
+    assert kube.namespaces[BOB_NS]["labels"] == namespace_labels(live(kube)) | POD_SECURITY
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before, "the Tenant itself is left alone"
     assert helm.calls == {}
     mark = len(kube.journal)
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
     assert kube.journal[mark:] == [], "the next delivery only reads"
+
+
+# Pod Security labels: part of what install keeps true --------------------------------------------
+
+POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
+
+
+@pytest.mark.parametrize(
+    "drift",
+    [
+        pytest.param({"pod-security.kubernetes.io/enforce": "privileged"}, id="enforce-changed"),
+        pytest.param({"pod-security.kubernetes.io/warn": None}, id="warn-removed"),
+        pytest.param({"pod-security.kubernetes.io/enforce": None, "pod-security.kubernetes.io/audit": None}, id="two"),
+    ],
+)
+@pytest.mark.parametrize("phase", ["Ready", "Pending"])
+def test_a_pod_security_label_changed_by_hand_is_put_back_by_the_next_install_delivery(
+    kube: FakeKube, helm: FakeHelm, drift: dict[str, str | None], phase: str
+) -> None:
+    """A settled Tenant: the delivery that leaves it alone (once this process's recheck window is
+    over); a Pending one: the full install run. Only the Pod Security labels are written."""
+    if phase == "Ready":
+        obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled("Ready"), finalizers=[FINALIZER]))
+    else:
+        obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, finalizers=[FINALIZER]))
+    labels = namespace_labels(live(kube)) | POD_SECURITY | {"team": "kept"}
+    kube.add_namespace(BOB_NS, {k: v for k, v in (labels | drift).items() if v is not None})
+    access.grant(kube, live(kube), TENANT_NAMESPACE)
+    access.forget_ensured()
+    mark = len(kube.journal)
+
+    install.handle(kube, helm, SETTINGS, ref_of(obj))
+
+    assert kube.namespaces[BOB_NS]["labels"] == labels
+    written = [what for what, _ in kube.journal[mark:]]
+    assert written.count("namespace label") == 1
+    assert "helm install" not in written[: written.index("namespace label")], "before helm runs"
+
+
+def test_the_enforced_level_is_a_setting(kube: FakeKube, helm: FakeHelm) -> None:
+    settings = Settings.from_env({"POD_SECURITY_ENFORCE": "restricted", "SENDER_IDENTITY": "off"})
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    install.handle(kube, helm, settings, ref_of(obj))
+    assert kube.namespaces[BOB_NS]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 @pytest.mark.parametrize("case", ["terminating", "adopt", "foreign", "absent"])

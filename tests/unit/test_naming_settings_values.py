@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from shared.errors import ConfigError, PermanentError
+from shared.isolation import Isolation
 from shared.naming import TenantNames, check_tenant_name
+from shared.quantity import parse
 from shared.settings import Settings
 from shared.tenant import Quota, Tenant, TenantSpec
 from shared.values import vcluster_values
@@ -120,4 +123,69 @@ def test_values_are_the_original_defaults_with_quota_as_requests_and_limits() ->
         "kubeopera.io/owner-namespace": TENANT_NAMESPACE,
         "kubeopera.io/owner-name": "alice",
     }
-    assert set(values) == {"controlPlane", "sync", "exportKubeConfig"}
+    assert set(values) == {"controlPlane", "sync", "exportKubeConfig", "policies"}
+    # The chart's numbers unless set, the control plane's own requests and limits added.
+    assert values["policies"] == Isolation().helm_policies(
+        control_plane=values["controlPlane"]["statefulSet"]["resources"]["limits"]
+    )
+    hard = values["policies"]["resourceQuota"]["quota"]
+    limits = values["controlPlane"]["statefulSet"]["resources"]["limits"]
+    assert parse(hard["requests.cpu"]) == parse("10") + parse(limits["cpu"])
+    assert parse(hard["limits.memory"]) == parse("40Gi") + parse(limits["memory"])
+    assert hard["count/pods"] == "20"
+
+
+def test_isolation_settings_change_or_add_entries_and_keep_the_rest() -> None:
+    s = Settings.from_env(
+        {
+            "TENANT_RESOURCE_QUOTA": "requests.cpu=40, limits.cpu=80,requests.nvidia.com/gpu=2",
+            "TENANT_LIMIT_DEFAULT": "memory=1Gi",
+            "TENANT_LIMIT_DEFAULT_REQUEST": "cpu=250m",
+            "TENANT_EGRESS_CIDR": "0.0.0.0/0",
+            "TENANT_EGRESS_EXCEPT": "10.0.0.0/8,169.254.0.0/16",
+            "POD_SECURITY_ENFORCE": "Restricted",
+        }
+        | SENDERS
+    )
+    policies = s.isolation.helm_policies()
+    quota = policies["resourceQuota"]["quota"]
+    assert (quota["requests.cpu"], quota["limits.cpu"], quota["requests.nvidia.com/gpu"]) == ("40", "80", "2")
+    assert quota["count/pods"] == "20" and len(quota) == 16
+    assert policies["limitRange"]["default"] == {"ephemeral-storage": "8Gi", "memory": "1Gi", "cpu": "1"}
+    assert policies["limitRange"]["defaultRequest"] == {"ephemeral-storage": "3Gi", "memory": "128Mi", "cpu": "250m"}
+    assert policies["networkPolicy"]["outgoingConnections"]["ipBlock"] == {
+        "cidr": "0.0.0.0/0",
+        "except": ["10.0.0.0/8", "169.254.0.0/16"],
+    }
+    assert s.isolation.pod_security_labels() == {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/audit": "restricted",
+    }
+
+
+def test_isolation_defaults_are_baseline_and_the_charts() -> None:
+    iso = Settings.from_env(SENDERS).isolation
+    assert iso == Isolation()
+    assert iso.pod_security_labels()["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("TENANT_RESOURCE_QUOTA", "requests.cpu", "TENANT_RESOURCE_QUOTA must be name=quantity pairs"),
+        ("TENANT_RESOURCE_QUOTA", "Requests.CPU=1", "TENANT_RESOURCE_QUOTA must be name=quantity pairs"),
+        ("TENANT_RESOURCE_QUOTA", "limits.cpu=ten", "TENANT_RESOURCE_QUOTA: limits.cpu must be a Kubernetes quantity"),
+        ("TENANT_RESOURCE_QUOTA", "count/pods=-1", "TENANT_RESOURCE_QUOTA: count/pods must be a Kubernetes quantity"),
+        ("TENANT_LIMIT_DEFAULT", "memory=4 GB", "TENANT_LIMIT_DEFAULT: memory must be a Kubernetes quantity"),
+        ("TENANT_LIMIT_DEFAULT_REQUEST", "=1", "TENANT_LIMIT_DEFAULT_REQUEST must be name=quantity pairs"),
+        ("TENANT_EGRESS_CIDR", "everywhere", "TENANT_EGRESS_CIDR must be CIDRs"),
+        ("TENANT_EGRESS_CIDR", "10.0.0.1/8", "TENANT_EGRESS_CIDR must be CIDRs"),
+        ("TENANT_EGRESS_EXCEPT", "10.0.0.0/8,nope", "TENANT_EGRESS_EXCEPT must be CIDRs"),
+        ("TENANT_EGRESS_EXCEPT", "fd00::/8", "TENANT_EGRESS_EXCEPT: fd00::/8 is not inside TENANT_EGRESS_CIDR"),
+        ("POD_SECURITY_ENFORCE", "strict", "POD_SECURITY_ENFORCE must be one of privileged, baseline, restricted"),
+    ],
+)
+def test_bad_isolation_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Settings.from_env({name: value} | SENDERS)

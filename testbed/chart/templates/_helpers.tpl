@@ -19,3 +19,30 @@ release: {{ .Release.Name | quote }}
 {{- $tag := $image.tag | default .Chart.AppVersion -}}
 {{- if $image.registry -}}{{ $image.registry }}/{{- end -}}{{ $image.repository }}:{{ $tag }}
 {{- end -}}
+
+{{/*
+Is a namespace policy of the real chart on? resourceQuota and limitRange: "true", or "auto" while
+the other one is "true" (the two go together: a quota on limits needs defaults for pods that state
+none); "false" never. Called with (list <this policy's enabled> <the other's enabled>).
+*/}}
+{{- define "vcluster.policyOn" -}}
+{{- $this := toString (index . 0) -}}
+{{- $other := toString (index . 1) -}}
+{{- if and (ne $this "false") (or (eq $this "true") (eq $other "true")) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The labels and annotations of a policy object: the chart's, then the policy's own. */}}
+{{- define "vcluster.policyMetadata" -}}
+{{- $root := index . 0 -}}
+{{- $policy := index . 1 -}}
+namespace: {{ $root.Release.Namespace }}
+labels:
+  {{- include "vcluster.labels" $root | nindent 2 }}
+  {{- with $policy.labels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $policy.annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
