@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -340,6 +341,29 @@ def test_release_uninstalled_by_hand(pipeline: Stack, kube: Kube) -> None:
     report("release uninstalled by hand", tenant, started)
 
 
+def test_namespace_policies_deleted_by_hand(pipeline: Stack, kube: Kube) -> None:
+    """An admin deletes the ResourceQuota and an egress NetworkPolicy of a Ready Tenant's namespace
+    (the tenant's syncer may not: the chart's Role grants it neither). The release is untouched,
+    so only resync sees it; install upgrades the release with the same values and helm makes them
+    again, as they were."""
+    namespace = "vcluster-fa-adapter"
+    kinds = (("resourcequota", "vc-vc-fa-adapter"), ("networkpolicy", "vc-work-vc-fa-adapter"))
+
+    def spec(kind: str, name: str) -> Any:
+        return json.loads(pipeline.kubectl("get", kind, name, "-n", namespace, "-o", "json"))["spec"]
+
+    before = {k: spec(*k) for k in kinds}
+    started = time.monotonic()
+    for kind, name in kinds:
+        pipeline.kubectl("delete", kind, name, "-n", namespace)
+    tick(pipeline)
+    wait_for("fa-adapter taken back through install", lambda: not phase_of(kube, "fa-adapter", "Ready"), timeout=30)
+    tenant = ready(kube, "fa-adapter")
+    assert {k: spec(*k) for k in kinds} == before
+    assert history(pipeline, "vc-fa-adapter")[-1][1] == "deployed"
+    report("namespace policies deleted by hand", tenant, started)
+
+
 def test_kubeopera_api_down_then_up(pipeline: Stack, kube: Kube) -> None:
     assert pipeline.api is not None
     started = time.monotonic()
@@ -414,4 +438,6 @@ def test_nothing_is_left_behind(pipeline: Stack, kube: Kube) -> None:
     assert [n for n in namespaces if n.startswith("namespace/vcluster-")] == []
     secrets = pipeline.kubectl("get", "secrets", "-A", "-o", "name").split()
     assert [s for s in secrets if "kubeconfig" in s or "sh.helm.release" in s] == []
+    leases = pipeline.kubectl("get", "leases", "-n", TENANT_NAMESPACE, "-o", "name").split()
+    assert [lease for lease in leases if "/cloudspace-" in lease] == [], "a cloudSpaceID claim outlived its Tenant"
     assert [lease for lease in pipeline.kubectl("get", "leases", "-A", "-o", "name").split() if "-helm" in lease] == []

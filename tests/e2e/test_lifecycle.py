@@ -399,6 +399,104 @@ def test_the_stuck_release_tenant_is_cleaned_even_after_failing(pipeline: Stack,
     assert not [r for r in helm(pipeline, "list", "--all-namespaces", "--all") if r["name"] == "vc-stuck-jo"]
 
 
+RACES = 20
+
+
+def race_pair(k: int) -> tuple[str, str, str]:
+    """The k-th race: a cloudSpaceID and two Tenants asking for it. The one created second sorts
+    first by name, so that the older-Tenant rule (creation second, then name) counts it as the
+    older: without the claim, both would go on whenever the first was installed before the
+    second existed."""
+    return f"0b0e7a52-8a41-4d3e-9a7e-2f2b3c4d{k:04x}", f"race{k:02d}-b", f"race{k:02d}-a"
+
+
+def test_two_tenants_for_one_cloud_space_id_created_in_one_second_get_one_vcluster(pipeline: Stack, kube: Kube) -> None:
+    """The same-second race, 20 times over, all in one apply (the API server writes the 40 Tenants
+    within a second or two; each pair's two within one): each time one Ready, one Failed with the
+    winner named, one release, one namespace. Then all 40 go, and every claim with them."""
+    settled(pipeline)
+    docs = []
+    for k in range(RACES):
+        cs, first, second = race_pair(k)
+        docs += [tenant_yaml(first, cs), tenant_yaml(second, cs)]
+    pipeline.kubectl("apply", "-f", "-", input="---\n".join(docs))
+    created = {
+        t["metadata"]["name"]: t["metadata"]["creationTimestamp"]
+        for t in json.loads(pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE, "-o", "json"))["items"]
+    }
+    same_second = sum(created[race_pair(k)[1]] == created[race_pair(k)[2]] for k in range(RACES))
+
+    def race_tenants() -> list[dict[str, Any]]:
+        items = json.loads(pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE, "-o", "json"))["items"]
+        return [t for t in items if t["metadata"]["name"].startswith("race")]
+
+    def outcome() -> dict[str, str] | None:
+        phases = {t["metadata"]["name"]: t.get("status", {}).get("phase", "") for t in race_tenants()}
+        done = len(phases) == 2 * RACES and all(p in ("Ready", "Failed") for p in phases.values())
+        return phases if done else None
+
+    phases = wait_for("every race decided", outcome, timeout=240, interval=1)
+    releases = {
+        r["name"] for r in helm(pipeline, "list", "--all-namespaces", "--all") if r["name"].startswith("vc-race")
+    }
+    for k in range(RACES):
+        cs, first, second = race_pair(k)
+        pair = {first: phases[first], second: phases[second]}
+        assert sorted(pair.values()) == ["Failed", "Ready"], f"race {k}: {pair}"
+        winner = next(n for n, p in pair.items() if p == "Ready")
+        loser = next(n for n, p in pair.items() if p == "Failed")
+        failed = kube.get_tenant(TENANT_NAMESPACE, loser)
+        assert failed is not None
+        assert failed.status.message == f'cloudSpaceID "{cs}" is already used by Tenant {TENANT_NAMESPACE}/{winner}'
+        assert f"vc-{winner}" in releases and f"vc-{loser}" not in releases, f"race {k}: {sorted(releases)}"
+        assert exists(pipeline, "namespace", f"vcluster-{winner}")
+        assert not exists(pipeline, "namespace", f"vcluster-{loser}")
+        claim = json.loads(pipeline.kubectl("get", "lease", f"cloudspace-{cs}", "-n", TENANT_NAMESPACE, "-o", "json"))
+        assert claim["spec"]["holderIdentity"] == f"{TENANT_NAMESPACE}/{winner}"
+        assert [o["name"] for o in claim["metadata"]["ownerReferences"]] == [winner]
+    assert len(releases) == RACES
+    assert same_second >= RACES // 2, f"only {same_second} of {RACES} pairs were created in one second"
+
+    pipeline.kubectl("delete", "kt", "-n", TENANT_NAMESPACE, *sorted(phases), "--wait=false")
+    wait_for(
+        "every race Tenant gone",
+        lambda: not race_tenants(),
+        timeout=180,
+        interval=1,
+    )
+    leases = json.loads(pipeline.kubectl("get", "lease", "-n", TENANT_NAMESPACE, "-o", "json"))["items"]
+    assert not [
+        lease["metadata"]["name"]
+        for lease in leases
+        if lease["metadata"]["name"].startswith("cloudspace-0b0e7a52-8a41-4d3e-9a7e-2f")
+    ]
+
+
+def test_a_claim_left_by_a_tenant_that_is_gone_is_taken_over(pipeline: Stack, kube: Kube) -> None:
+    """A claim outlives its Tenant until the garbage collector comes (or forever, restored from a
+    backup without its owner): the next Tenant for that cloudSpaceID deletes it and claims anew."""
+    cs = "0b0e7a52-8a41-4d3e-9a7e-3f2b3c4d0001"
+    left = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": f"cloudspace-{cs}",
+            "namespace": TENANT_NAMESPACE,
+            "labels": {
+                "kubeopera.io/owner-uid": "3d4c0f8e-0000-4000-8000-000000000000",
+                "kubeopera.io/owner-namespace": TENANT_NAMESPACE,
+                "kubeopera.io/owner-name": "gone-long-ago",
+            },
+        },
+        "spec": {"holderIdentity": f"{TENANT_NAMESPACE}/gone-long-ago"},
+    }
+    pipeline.kubectl("apply", "-f", "-", input=json.dumps(left))
+    mia = provision(pipeline, kube, "mia", cs)
+    claim = json.loads(pipeline.kubectl("get", "lease", f"cloudspace-{cs}", "-n", TENANT_NAMESPACE, "-o", "json"))
+    assert claim["metadata"]["labels"]["kubeopera.io/owner-uid"] == mia.uid
+    assert claim["spec"]["holderIdentity"] == f"{TENANT_NAMESPACE}/mia"
+
+
 def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
     """Runs after the lifecycle tests: the audit log of everything the module did, against
     deploy/base/rbac. tenant-resync's rules are checked by tests/e2e/test_faults.py, where it
