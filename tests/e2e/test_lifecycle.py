@@ -15,9 +15,11 @@ test can read the API server's audit log of the whole module and compare it with
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +45,8 @@ from .support import (
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
+
 TIMEOUT_SECONDS = 20
 CS_BOB = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e60"
 CS_BOB_DUP = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e61"
@@ -54,6 +58,7 @@ CS_IVY = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e66"
 CS_JO = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e67"
 CS_KIM = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e68"
 CS_LEE = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e69"
+CS_NED = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6a"
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +212,90 @@ def test_cleanup_of_the_refused_tenant_leaves_the_owners_vcluster_alone(
     skipped = [e for e in tenant_events(pipeline, "bob-dup") if e["reason"] == "CleanupSkipped"]
     assert skipped and "left namespace vcluster-bob-dev alone" in skipped[0]["message"]
     assert "Tenant kubeopera-system/bob-dev" in skipped[0]["message"]
+
+
+HELM_RECORDS_POLICY = REPO / "deploy" / "base" / "policy" / "tenant-helm-records.yaml"
+
+
+def syncer(tenant_name: str) -> list[str]:
+    """kubectl flags to act as the tenant's vCluster syncer: what it may write in its host
+    namespace, the tenant can cause."""
+    namespace = f"vcluster-{tenant_name}"
+    return [
+        f"--as=system:serviceaccount:{namespace}:vc-vc-{tenant_name}",
+        "--as-group=system:serviceaccounts",
+        f"--as-group=system:serviceaccounts:{namespace}",
+        "--as-group=system:authenticated",
+    ]
+
+
+def forged_record(pipeline: Stack, tenant_name: str, victim_namespace: str) -> dict[str, Any]:
+    """issue 23's forgery: the tenant's own release record, version 99, under a name of its own,
+    its manifest rewritten to name the neighbour's namespace."""
+    namespace = f"vcluster-{tenant_name}"
+    original = json.loads(
+        pipeline.kubectl("get", "secret", f"sh.helm.release.v1.vc-{tenant_name}.v1", "-n", namespace, "-o", "json")
+    )
+    release = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(original["data"]["release"]))))
+    release["version"] = 99
+    release["manifest"] = release["manifest"].replace(f"namespace: {namespace}", f"namespace: {victim_namespace}")
+    body = base64.b64encode(gzip.compress(json.dumps(release).encode())).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": original["type"],
+        "metadata": {
+            "name": f"vc-{tenant_name}-history",
+            "namespace": namespace,
+            "labels": original["metadata"]["labels"] | {"version": "99"},
+        },
+        "data": {"release": base64.b64encode(body.encode()).decode()},
+    }
+
+
+def test_a_tenant_forging_helm_history_is_refused_and_without_the_policy_harms_only_itself(
+    pipeline: Stack, kube: Kube, bob: Tenant
+) -> None:
+    """Acting as ned's syncer: the forged record is refused at admission
+    (tenant-helm-records.yaml). With that policy removed (test-only), the forgery is admitted,
+    and the product's own check holds: ned's quota change fails him with ReleaseTampered and runs
+    no helm, his deletion removes his namespace without asking helm, and bob's release, namespace,
+    Secret and StatefulSet are byte-identical after."""
+    provision(pipeline, kube, "ned", CS_NED)
+    settled(pipeline)
+    before = snapshot(pipeline, "bob-dev", CS_BOB)
+    forged = json.dumps(forged_record(pipeline, "ned", "vcluster-bob-dev"))
+
+    refused = kubectl_as(pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *syncer("ned"), input=forged)
+    assert refused.returncode != 0 and "kubeopera-tenants-helm-records" in refused.stderr, refused.stderr
+
+    pipeline.kubectl("delete", "-f", str(HELM_RECORDS_POLICY))
+    try:
+        wait_for(
+            "the forgery admitted without the policy",
+            lambda: (
+                kubectl_as(
+                    pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *syncer("ned"), input=forged
+                ).returncode
+                == 0
+            ),
+            timeout=30,
+        )
+        patch = {"spec": {"quota": {"cpu": "2", "memory": "2Gi"}}}
+        pipeline.kubectl("patch", "kt", "ned", "-n", TENANT_NAMESPACE, "--type=merge", "-p", json.dumps(patch))
+        failed = wait_for("ned Failed", lambda: phase_of(kube, "ned", "Failed"), timeout=60)
+        assert failed.status.message.startswith(
+            "the history of helm release vcluster-ned/vc-ned was tampered with: Secret vc-ned-history"
+        ), failed.status.message
+        assert "ReleaseTampered" in reasons(pipeline, "ned")
+        assert not exists(pipeline, "secret", "sh.helm.release.v1.vc-ned.v2", "-n", "vcluster-ned"), "helm ran"
+
+        delete_and_wait_gone(pipeline, kube, "ned")
+        assert not exists(pipeline, "namespace", "vcluster-ned")
+        settled(pipeline)
+        assert snapshot(pipeline, "bob-dev", CS_BOB) == before
+    finally:
+        pipeline.kubectl("apply", "--server-side", "-f", str(HELM_RECORDS_POLICY))
 
 
 def test_deleting_a_ready_tenant_removes_everything_then_the_tenant(pipeline: Stack, kube: Kube) -> None:
