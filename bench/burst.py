@@ -53,6 +53,7 @@ import yaml
 from shared.kube import Kube
 from shared.tenant import Phase, Tenant
 from shared.values import vcluster_values
+from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
@@ -635,5 +636,5 @@ def floor_inputs(stack: Stack, kube: Kube, folder: Path) -> tuple[Path, Path]:
     warm = kube.get_tenant(TENANT_NAMESPACE, "warm-up")
     assert isinstance(warm, Tenant)
     values = folder / "values.yaml"
-    values.write_text(yaml.safe_dump(vcluster_values(warm, "local")))
+    values.write_text(yaml.safe_dump(vcluster_values(warm, "local", service_cidr=SERVICE_CLUSTER_IP_RANGE)))
     return charts[0].parent, values

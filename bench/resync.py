@@ -5,8 +5,9 @@
 ApiServerSource's adapter (so what follows starts no install). It then creates N settled Tenants
 directly, as copies of that one renamed: the Tenant with its finalizer and its Ready status, its
 host namespace, the vCluster StatefulSet (without the label the vCluster stand-in watches, which
-would poll each one for a helm record it will never find) and the stored kubeconfig Secret (no
-helm release, no vCluster: what resync reads is there). It posts the PingSource's tick straight to the resync
+would poll each one for a helm record it will never find), the chart's ResourceQuota, LimitRange
+and NetworkPolicies, and the stored kubeconfig Secret (no helm release, no vCluster: what resync
+reads is there). It posts the PingSource's tick straight to the resync
 function (with the broker's token; it answers when its pass is done) ``passes`` times and counts,
 from the API server's audit log, what tenant-resync asked for during each pass. A settled pass
 writes nothing and runs no helm.
@@ -24,6 +25,7 @@ from typing import Any
 
 import requests
 
+from shared.isolation import policy_objects
 from shared.kube import Kube
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.ticker import ping_event
@@ -69,6 +71,11 @@ def template(stack: Stack) -> dict[str, dict[str, Any]]:
         "namespace": get("namespace", f"vcluster-{TEMPLATE}"),
         "statefulset": get("statefulset", f"vc-{TEMPLATE}", "-n", f"vcluster-{TEMPLATE}"),
         "secret": get("secret", f"tenant-{cloud_space}-kubeconfig", "-n", TENANT_NAMESPACE),
+        # the chart's namespace policies, which resync lists fleet-wide (shared.isolation)
+        **{
+            f"{o.kind} {o.name}": get(o.kind.lower(), o.name, "-n", f"vcluster-{TEMPLATE}")
+            for o in policy_objects(f"vc-{TEMPLATE}")
+        },
     }
 
 
@@ -81,7 +88,7 @@ def create_settled(stack: Stack, objects: Mapping[str, Mapping[str, Any]], count
     replacements: dict[str, dict[str, str]] = {}
     for name in names:
         replacements[name] = {TEMPLATE: name, template_space: str(uuid.uuid4())}
-        for kind in ("namespace", "statefulset", "secret", "tenant"):
+        for kind in ("namespace", "statefulset", "secret", *(k for k in objects if " " in k), "tenant"):
             doc = _renamed(_bare(objects[kind]), replacements[name])
             if kind == "statefulset":  # not the vCluster stand-in's to boot: it has no release record
                 doc["metadata"].get("labels", {}).pop(VCLUSTER_LABEL, None)

@@ -40,12 +40,13 @@ Tenant install otherwise leaves alone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import access, claims, events
+from shared import access, claims, events, service_range
 from shared.errors import NamespaceTerminating, PermanentError, TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
@@ -184,7 +185,7 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         release = helm.install_or_upgrade(
             names.release,
             names.namespace,
-            vcluster_values(tenant, settings.environment, settings.isolation),
+            vcluster_values(tenant, settings.environment, settings.isolation, settings.service_cidr),
             guard=claims.release_guard(kube, tenant),
             reapply=reapply,
         )
@@ -225,6 +226,12 @@ def _grant_if_ours(kube: Kube, tenant: Tenant, settings: Settings) -> None:
 def create_app(runtime: Runtime | None = None) -> Flask:
     rt = runtime or Runtime.from_env(NAME)
     helm = rt.helm_client()
+    # The host's Service range, in every release's values: the setting, or read from the cluster
+    # once, here; without one install does not start (shared.service_range).
+    settings = dataclasses.replace(
+        rt.settings, service_cidr=service_range.resolve(rt.settings.service_cidr, rt.kube.service_cidrs)
+    )
+    log.info("host Service range", extra={"serviceCIDR": settings.service_cidr})
 
     def chart_ready() -> bool:
         try:
@@ -237,9 +244,9 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     return function_app(
         Step(
             name=NAME,
-            namespace=rt.settings.tenant_namespace,
+            namespace=settings.tenant_namespace,
             accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.INSTALL}),
-            handle=lambda event, ref: deliver(rt.kube, helm, rt.settings, event, ref),
+            handle=lambda event, ref: deliver(rt.kube, helm, settings, event, ref),
             on_permanent=rt.mark_failed,
             ready=chart_ready,
         ),

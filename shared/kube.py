@@ -401,6 +401,19 @@ class Kube:
             found |= {(str(i.metadata.namespace), PolicyObject(kind, str(i.metadata.name))) for i in result.items}
         return found
 
+    # The host's Service range (shared.service_range) ----------------------------------------
+
+    def service_cidrs(self) -> list[tuple[str, list[str]]] | None:
+        """(name, cidrs) of each ServiceCIDR (networking.k8s.io/v1); None when the API server
+        serves none (before Kubernetes 1.33: 404)."""
+        try:
+            result = _call("list servicecidrs", lambda: self._networking.list_service_cidr())
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return [(str(i.metadata.name), [str(c) for c in (i.spec.cidrs or [])]) for i in result.items]
+
     # Claims (shared.claims: one cloudSpaceID, one Tenant) ------------------------------------
 
     def create_claim(self, tenant: Tenant, name: str, labels: Mapping[str, str]) -> bool:

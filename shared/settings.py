@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from shared import service_range
 from shared.errors import ConfigError
 from shared.isolation import Isolation
 from shared.naming import DEFAULT_TENANT_NAMESPACE
@@ -57,6 +58,9 @@ class Settings:
     # TENANT_LIMIT_DEFAULT, TENANT_LIMIT_DEFAULT_REQUEST, TENANT_EGRESS_CIDR, TENANT_EGRESS_EXCEPT,
     # POD_SECURITY_ENFORCE; each defaults to the vcluster 0.21.2 chart's own default, baseline).
     isolation: Isolation = Isolation()
+    # SERVICE_CIDR: the host cluster's Service range, sent to every vCluster as ``serviceCIDR``
+    # (shared.service_range). Empty: install reads it from the cluster at start.
+    service_cidr: str = ""
 
     @property
     def verify_senders(self) -> bool:
@@ -109,6 +113,7 @@ class Settings:
             sink_url=get("K_SINK", defaults.sink_url),
             sink_token_file=Path(get("SINK_TOKEN_FILE", str(defaults.sink_token_file))),
             isolation=Isolation.from_env(env),
+            service_cidr=service_range.parse(env.get("SERVICE_CIDR", "")),
             **_senders(env),
         )
 

@@ -14,6 +14,10 @@ both forced by the real vcluster 0.21 chart (design.md section 5):
 object's uid, namespace and name) become labels on the control plane StatefulSet; the owner
 labels in a release's values are how install and cleanup tell whose release it is.
 
+``serviceCIDR`` is the host's Service range (``shared.service_range``): without it vcluster 0.21.2
+never boots on a host of Kubernetes 1.33 or later. It is left out only where no range is known
+(the callers that build values for comparison, never install).
+
 ``policies`` turns on the chart's ResourceQuota, LimitRange and egress NetworkPolicies for the
 tenant's namespace, with the numbers of ``shared.isolation`` (settings; the chart's defaults unless
 set): the vCluster docs' isolated mode. tests/unit/test_values_schema.py checks the whole against
@@ -33,13 +37,15 @@ LABEL_ENVIRONMENT = "kubeopera.io/environment"
 CHART_DEFAULTS = Isolation()  # the chart's own numbers and Pod Security baseline
 
 
-def vcluster_values(tenant: Tenant, environment: str, isolation: Isolation = CHART_DEFAULTS) -> dict[str, Any]:
-    """The values of ``tenant``'s release (install passes ``Settings.isolation``; the default is
-    the chart's own numbers)."""
+def vcluster_values(
+    tenant: Tenant, environment: str, isolation: Isolation = CHART_DEFAULTS, service_cidr: str = ""
+) -> dict[str, Any]:
+    """The values of ``tenant``'s release (install passes ``Settings.isolation`` and the host's
+    Service range; the default is the chart's own numbers)."""
     spec = tenant.spec
     names = spec.names
     quota = {"cpu": spec.quota.cpu, "memory": spec.quota.memory}
-    return {
+    values: dict[str, Any] = {
         "controlPlane": {
             "distro": {"k3s": {"enabled": True}},
             "statefulSet": {
@@ -56,3 +62,6 @@ def vcluster_values(tenant: Tenant, environment: str, isolation: Isolation = CHA
         "exportKubeConfig": {"server": names.in_cluster_server},
         "policies": isolation.helm_policies(control_plane=quota),
     }
+    if service_cidr:
+        values["serviceCIDR"] = service_cidr
+    return values

@@ -15,6 +15,13 @@ system observes of a booted vCluster, for every StatefulSet labelled ``app=vclus
   ``https://localhost:8443``; the values are read from helm's own record of the deployed release
   (Secret ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON).
 
+It refuses to boot where the real vcluster 0.21.2 does not: its syncer gives the virtual
+``kubernetes`` Service the cluster IP the host gave Service ``<release>``, and the virtual API
+server allocates it from the values' ``serviceCIDR``. Without one, the syncer's detection fails on
+an API server of 1.33+ and falls back to 10.96.0.0/12. When the host's IP is outside that range
+the real syncer crash-loops; so does this stand-in: it logs the syncer's two messages once per
+generation and never reports the StatefulSet ready nor writes its Secret.
+
 Run: ``python -m testbed.standins.vcluster --kubeconfig PATH --boot-seconds 20`` (and
 ``--never-boot REGEX`` for releases that must never come up, the fault of a vCluster that does
 not boot).
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import base64
 import gzip
+import ipaddress
 import json
 import logging
 import re
@@ -67,6 +75,31 @@ def exported_server(values: dict[str, Any]) -> str:
     return str(server) if server else DEFAULT_SERVER
 
 
+# What vcluster 0.21.2 falls back to when it cannot detect the host's Service range.
+FALLBACK_SERVICE_CIDR = "10.96.0.0/12"
+
+
+def boot_refusal(values: dict[str, Any], host_ip: str) -> list[str]:
+    """What the real syncer logs before it crash-loops with these values, given the cluster IP the
+    host gave the vCluster's Service; empty when it would boot."""
+    given = str(values.get("serviceCIDR") or "")
+    lines = []
+    if not given:
+        lines.append(
+            f"failed to detect service CIDR, will fallback to {FALLBACK_SERVICE_CIDR}, however this is probably "
+            "wrong, please make sure the host cluster service cidr and virtual cluster service cidr match"
+        )
+    ranges = [ipaddress.ip_network(c.strip(), strict=False) for c in (given or FALLBACK_SERVICE_CIDR).split(",")]
+    address = ipaddress.ip_address(host_ip)
+    if not any(address.version == r.version and address in r for r in ranges):
+        lines.append(
+            f'sync kubernetes service: Service "kubernetes" is invalid: spec.clusterIPs: Invalid value: ["{host_ip}"]: '
+            f"failed to allocate IP {host_ip}: the provided network does not match the current range"
+        )
+        return lines
+    return []
+
+
 def kubeconfig_for(server: str, context: str = "my-vcluster") -> bytes:
     """A kubeconfig shaped like the one vcluster exports (credentials are placeholders)."""
     doc = {
@@ -91,10 +124,12 @@ class VClusterStandIn:
     """Boots each StatefulSet generation of a vCluster ``boot_seconds`` after it first sees it."""
 
     def __init__(
-        self, kube: Kube, apps: Any, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = ""
+        self, kube: Kube, apps: Any, core: Any, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = ""
     ) -> None:
         self._kube = kube
         self._apps = apps  # kubernetes.client.AppsV1Api: the StatefulSet controller's part
+        self._core = core  # kubernetes.client.CoreV1Api: the cluster IP of the vCluster's Service
+        self._crashed: set[tuple[str, int]] = set()  # generations whose crash was logged
         self._boot_seconds = boot_seconds
         # Releases whose name matches never boot: the fault "the vCluster never comes up".
         self._never_boot = re.compile(never_boot) if never_boot else None
@@ -109,8 +144,15 @@ class VClusterStandIn:
     def connect(cls, kubeconfig: Path, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = "") -> Self:
         configuration = k8s.Configuration()
         k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-        apps = k8s.AppsV1Api(k8s.ApiClient(configuration))
-        return cls(Kube.connect(kubeconfig), apps, boot_seconds, poll_seconds, never_boot)
+        client = k8s.ApiClient(configuration)
+        return cls(
+            Kube.connect(kubeconfig),
+            k8s.AppsV1Api(client),
+            k8s.CoreV1Api(client),
+            boot_seconds,
+            poll_seconds,
+            never_boot,
+        )
 
     def step(self, now: float | None = None) -> list[str]:
         """One poll; returns the ``vc-<release>`` Secrets written in it as ``namespace/name``."""
@@ -152,6 +194,16 @@ class VClusterStandIn:
         record = self._kube.read_secret_key(namespace, sorted(records, key=_revision)[-1], "release")
         if record is None:
             return None
+        values = release_values(record)
+        service = self._core.read_namespaced_service(release, namespace)
+        refusal = boot_refusal(values, str(service.spec.cluster_ip))
+        if refusal:
+            key = (str(sts.metadata.uid), int(sts.metadata.generation or 0))
+            if key not in self._crashed:
+                self._crashed.add(key)
+                for line in refusal:
+                    log.error(line, extra={"namespace": namespace, "release": release, "generation": key[1]})
+            return None
         replicas = sts.spec.replicas if sts.spec.replicas is not None else 1
         revision = f"{release}-{sts.metadata.generation}"
         status = {
@@ -165,7 +217,7 @@ class VClusterStandIn:
             "updateRevision": revision,
         }
         self._apps.patch_namespaced_stateful_set_status(release, namespace, {"status": status})
-        server = exported_server(release_values(record))
+        server = exported_server(values)
         data = {
             "config": kubeconfig_for(server),
             "certificate-authority": _FAKE_PEM.encode(),

@@ -24,6 +24,7 @@ from shared.cli import main as cli_main
 from shared.kube import Kube
 from shared.tenant import Tenant, parse_time
 from shared.values import vcluster_values
+from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.knative import oidc
 from testbed.local.manifests import declared_functions
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
@@ -86,7 +87,7 @@ def test_example_tenant_ends_ready_with_everything_the_operator_did(pipeline: St
     assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://vc-alice-default.vcluster-alice-default:443"
 
     values = helm(pipeline, "get", "values", "vc-alice-default", "-n", "vcluster-alice-default")
-    assert values == vcluster_values(alice, "local")
+    assert values == vcluster_values(alice, "local", service_cidr=SERVICE_CLUSTER_IP_RANGE)  # read from the host
     assert values["controlPlane"]["statefulSet"]["resources"] == {
         "requests": {"cpu": "500m", "memory": "1Gi"},
         "limits": {"cpu": "500m", "memory": "1Gi"},

@@ -142,6 +142,7 @@ class FakeKube:
         self.leases: dict[tuple[str, str], str] = {}  # (namespace, name) -> holder; a lock, not in the journal
         self.claims: dict[tuple[str, str], Marker] = {}  # Leases cloudspace-<id> (shared.claims)
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
+        self.service_ranges: list[tuple[str, list[str]]] | None = [("kubernetes", ["10.0.0.0/24"])]
         self.policies: set[tuple[str, PolicyObject]] = set()  # the chart's namespace policies, made by FakeHelm
         self.roles: dict[tuple[str, str], Role] = {}  # (namespace, name) -> as stored, with its resourceVersion
         self.role_bindings: dict[tuple[str, str], RoleBinding] = {}
@@ -346,6 +347,11 @@ class FakeKube:
     def get_rollout(self, namespace: str, name: str) -> Rollout | None:
         _tally(self.calls, "get_rollout")
         return self.rollouts.get((namespace, name))
+
+    def service_cidrs(self) -> list[tuple[str, list[str]]] | None:
+        """The host's ServiceCIDRs (shared.service_range): the test bed's range, as its API server has it."""
+        _tally(self.calls, "service_cidrs")
+        return self.service_ranges
 
     def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]:
         _tally(self.calls, "list_policy_objects")

@@ -89,6 +89,22 @@ def test_without_a_runtime_create_app_reads_the_environment(name: str) -> None:
         CREATE_APPS[name]()
 
 
+def test_install_sends_the_hosts_service_range_in_every_release(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    deliver(install.create_app(stand_ins(kube, helm, api)), apiserver_event(obj, events.APISERVER_ADD))
+    assert helm.values_of("vc-bob-dev", "vcluster-bob-dev")["serviceCIDR"] == "10.0.0.0/24"
+
+
+def test_install_does_not_start_on_a_host_that_serves_no_service_range(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    kube.service_ranges = None  # Kubernetes before 1.33: no ServiceCIDR objects
+    with pytest.raises(ConfigError, match=r"^SERVICE_CIDR is not set and this API server serves no ServiceCIDR"):
+        install.create_app(stand_ins(kube, helm, api))
+
+
 @pytest.mark.parametrize("name", sorted(CREATE_APPS))
 def test_with_a_runtime_every_app_builds_and_is_ready(
     name: str, kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
@@ -96,7 +112,9 @@ def test_with_a_runtime_every_app_builds_and_is_ready(
     client = CREATE_APPS[name](stand_ins(kube, helm, api)).test_client()
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    assert kube.calls == {} and kube.journal == [], "building an app touches nothing"
+    # install reads the host's Service range once, as it starts (shared.service_range); no other reads
+    assert kube.calls == ({"service_cidrs": 1} if name == "install" else {}), "building an app touches nothing"
+    assert kube.journal == []
 
 
 def test_the_chain_from_install_to_notify_api(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
@@ -147,7 +165,9 @@ def test_an_event_about_a_tenant_outside_the_served_namespace_is_ignored(
         if event_type in events.APISERVER_TYPES
         else events.make(event_type, "forger", ref_of(obj))
     )
-    response = deliver(CREATE_APPS[name](stand_ins(kube, helm, api)), event)
+    app = CREATE_APPS[name](stand_ins(kube, helm, api))
+    kube.calls.clear()  # install read the host's Service range as it started
+    response = deliver(app, event)
     assert response.status_code == 204, response.data
     assert kube.calls == {} and helm.operations == [] and api.reports == []
 
