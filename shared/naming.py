@@ -88,5 +88,15 @@ class TenantNames:
         return f"cloudspace-{self.cloud_space_id}"
 
     @property
+    def server_names(self) -> tuple[str, str]:
+        """The vCluster's Service as every pod can resolve it (``.svc``: through the search list of
+        any namespace) and fully qualified; the chart's certificate covers only the short
+        ``<release>.<namespace>`` form, so the values add both (``controlPlane.proxy.extraSANs``)."""
+        service = f"{self.release}.{self.namespace}.svc"
+        return service, f"{service}.cluster.local"
+
+    @property
     def in_cluster_server(self) -> str:
-        return f"https://{self.release}.{self.namespace}:443"
+        """The server of the stored kubeconfig: the ``.svc`` name, which resolves from a pod in
+        any namespace (``<release>.<namespace>`` does only through a pod's search list)."""
+        return f"https://{self.server_names[0]}:443"

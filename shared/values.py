@@ -7,8 +7,10 @@ both forced by the real vcluster 0.21 chart (design.md section 5):
   keys; the chart always writes Secret ``vc-<release>`` (key ``config``), which is what the flag
   meant in older charts.
 - ``exportKubeConfig.server`` is the address where the vCluster answers inside the host cluster
-  (``https://<release>.<namespace>:443``), so the stored kubeconfig works for in-cluster clients;
-  the chart's default (``https://localhost:8443``) only works inside the vCluster pod.
+  (``https://<release>.<namespace>.svc:443``, which a pod in any namespace resolves), so the stored
+  kubeconfig works for in-cluster clients; the chart's default (``https://localhost:8443``) only
+  works inside the vCluster pod. The chart's certificate covers only ``<release>.<namespace>``,
+  so ``controlPlane.proxy.extraSANs`` adds the ``.svc`` and ``.svc.cluster.local`` names.
 
 ``ENVIRONMENT``, the tenant's names and its owner labels (``shared.ownership``: the Tenant
 object's uid, namespace and name) become labels on the control plane StatefulSet; the owner
@@ -48,6 +50,7 @@ def vcluster_values(
     values: dict[str, Any] = {
         "controlPlane": {
             "distro": {"k3s": {"enabled": True}},
+            "proxy": {"extraSANs": list(names.server_names)},
             "statefulSet": {
                 "resources": {"requests": dict(quota), "limits": dict(quota)},
                 "labels": {LABEL_ENVIRONMENT: environment} | legacy_release_labels(tenant) | owner_labels(tenant),

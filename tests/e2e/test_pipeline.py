@@ -84,7 +84,7 @@ def test_example_tenant_ends_ready_with_everything_the_operator_did(pipeline: St
         "kubeopera.io/owner-name": "alice-default",
     }
     kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
-    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://vc-alice-default.vcluster-alice-default:443"
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://vc-alice-default.vcluster-alice-default.svc:443"
 
     values = helm(pipeline, "get", "values", "vc-alice-default", "-n", "vcluster-alice-default")
     assert values == vcluster_values(alice, "local", service_cidr=SERVICE_CLUSTER_IP_RANGE)  # read from the host

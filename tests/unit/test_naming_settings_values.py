@@ -26,7 +26,7 @@ def test_names_follow_the_original_rules() -> None:
     assert names.namespace == "vcluster-alice-default"
     assert names.vcluster_secret == "vc-vc-alice-default"
     assert names.kubeconfig_secret == f"tenant-{CS_ID}-kubeconfig"
-    assert names.in_cluster_server == "https://vc-alice-default.vcluster-alice-default:443"
+    assert names.in_cluster_server == "https://vc-alice-default.vcluster-alice-default.svc:443"
 
 
 @pytest.mark.parametrize("name", ["ab", "-abc", "abc-", "Abc", "a_bc", "a" * 33, "", "abc.d"])
@@ -114,7 +114,13 @@ def test_values_are_the_original_defaults_with_quota_as_requests_and_limits() ->
     resources = values["controlPlane"]["statefulSet"]["resources"]
     assert resources == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     assert values["sync"] == {"toHost": {"ingresses": {"enabled": True}, "serviceAccounts": {"enabled": True}}}
-    assert values["exportKubeConfig"] == {"server": "https://vc-alice-default.vcluster-alice-default:443"}
+    assert values["exportKubeConfig"] == {"server": "https://vc-alice-default.vcluster-alice-default.svc:443"}
+    assert values["controlPlane"]["proxy"] == {
+        "extraSANs": [
+            "vc-alice-default.vcluster-alice-default.svc",
+            "vc-alice-default.vcluster-alice-default.svc.cluster.local",
+        ]
+    }
     assert values["controlPlane"]["statefulSet"]["labels"] == {
         "kubeopera.io/environment": "staging",
         "kubeopera.io/tenant": "alice-default",
