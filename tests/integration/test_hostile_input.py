@@ -11,9 +11,9 @@ bytes as latin-1, so a header with invalid UTF-8 is one with characters 0x80-0xF
 **The world.** The Tenant CRD (``deploy/crd``), a fresh namespace the functions use as theirs
 (``Settings.tenant_namespace``; fresh rather than ``kubeopera-system`` so that resync, which
 passes over *every* Tenant of that namespace, sees only these) holding three real Tenants: one
-``Ready`` (generation 3, with its vCluster StatefulSet and stored kubeconfig Secret, so nothing
-about it needs repair), one ``Provisioning`` (generation 2) and one being deleted (finalizer,
-``deletionTimestamp``); and a decoy Tenant, named like the Ready one, in a second namespace.
+``Ready`` (generation 3, with its vCluster StatefulSet, the chart's namespace policies and its
+stored kubeconfig Secret, so nothing about it needs repair), one ``Provisioning`` (generation 2)
+and one being deleted (finalizer, ``deletionTimestamp``); and a decoy Tenant, named like the Ready one, in a second namespace.
 
 **The events** (``cases``) start from a valid event of a type the function takes (our own events
 as ``shared.events.make`` builds them, the ApiServerSource's carrying the whole Tenant object,
@@ -88,6 +88,7 @@ from functions import check_ready, cleanup, dead_letter, install, notify_api, re
 from shared import events
 from shared.errors import BadEvent
 from shared.http import MAX_BODY_BYTES
+from shared.isolation import policy_objects
 from shared.kube import Kube
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY
@@ -865,6 +866,18 @@ def _seed(
             },
         },
     )
+    # ... and the chart's namespace policies, which resync looks for (shared.isolation)
+    networking: Any = k8s.NetworkingV1Api(admin)
+    for made_policy in policy_objects(f"vc-{ready_name}"):
+        meta = {"name": made_policy.name, "labels": labels}
+        if made_policy.kind == "ResourceQuota":
+            core.create_namespaced_resource_quota(vcluster_home, {"metadata": meta, "spec": {"hard": {"pods": "20"}}})
+        elif made_policy.kind == "LimitRange":
+            limit = {"type": "Container", "default": {"cpu": "1"}}
+            core.create_namespaced_limit_range(vcluster_home, {"metadata": meta, "spec": {"limits": [limit]}})
+        else:
+            policy = {"podSelector": {}, "policyTypes": ["Egress"]}
+            networking.create_namespaced_network_policy(vcluster_home, {"metadata": meta, "spec": policy})
     core.create_namespaced_secret(
         home,
         {
