@@ -13,7 +13,8 @@ bytes as latin-1, so a header with invalid UTF-8 is one with characters 0x80-0xF
 passes over *every* Tenant of that namespace, sees only these) holding three real Tenants: one
 ``Ready`` (generation 3, with its vCluster StatefulSet, the chart's namespace policies and its
 stored kubeconfig Secret, so nothing about it needs repair), one ``Provisioning`` (generation 2)
-and one being deleted (finalizer, ``deletionTimestamp``); and a decoy Tenant, named like the Ready one, in a second namespace.
+and one being deleted (finalizer, ``deletionTimestamp``); and a decoy Tenant, named like the
+Ready one, in a second namespace.
 
 **The events** (``cases``) start from a valid event of a type the function takes (our own events
 as ``shared.events.make`` builds them, the ApiServerSource's carrying the whole Tenant object,
