@@ -17,9 +17,12 @@ acknowledged at once, without an API call. For one that is:
    and the namespace deleted all the same;
 3. while the namespace still exists (Terminating), 503 with ``Retry-After:
    CLEANUP_POLL_SECONDS``: the broker asks again, as it does for check-ready;
-4. once everything is gone: the Tenant's claim of its cloudSpaceID is released (Lease
-   ``cloudspace-<cloudSpaceID>``, ``shared.claims``; another Tenant's is left alone), Event
-   ``CleanupFinished``, the finalizer is removed (which lets the
+4. once everything is gone: a PersistentVolume that one of the namespace's claims was bound to
+   and that outlived it (reclaim policy ``Retain``: the vCluster's data, its CA key among it) is
+   reported with a Warning Event ``VolumeRetained`` and in the log, or deleted when
+   ``DELETE_RETAINED_VOLUMES`` is true (Event ``VolumeDeleted``); the Tenant's claim of its
+   cloudSpaceID is released (Lease ``cloudspace-<cloudSpaceID>``, ``shared.claims``; another
+   Tenant's is left alone), Event ``CleanupFinished``, the finalizer is removed (which lets the
    API server delete the Tenant), and kubeopera-api is told the CloudSpace is ``deleted``
    (non-fatal, once, and not when another Tenant still claims the same ``cloudSpaceID``).
 
@@ -128,6 +131,7 @@ def handle(
 
     if waiting:
         raise NotReadyYet("waiting for " + ", ".join(waiting), retry_after=settings.cleanup_poll_seconds)
+    _retained_volumes(kube, settings, tenant)
     claims.release_cloud_space(kube, tenant)
     kube.record_event(tenant, TenantEvent("Normal", "CleanupFinished", "vCluster and stored kubeconfig removed"))
     # Guarded by the resourceVersion read: of two deliveries finishing at once only one removes
@@ -137,6 +141,29 @@ def handle(
     log.info("cleanup finished; finalizer removed")
     _tell_kubeopera_api(kube, api, tenant)
     return None
+
+
+def _retained_volumes(kube: Kube, settings: Settings, tenant: Tenant) -> None:
+    """The namespace is gone; its claims' volumes with reclaim policy Retain are not (the chart's
+    StatefulSet retains its claims, and a Retain storage class keeps the volumes): report each,
+    or delete it when ``DELETE_RETAINED_VOLUMES`` says so. A volume of reclaim policy Delete is
+    its provisioner's to remove."""
+    for volume in kube.volumes_claimed_in(tenant.spec.names.namespace):
+        if volume.reclaim_policy != "Retain":
+            continue
+        extra = {"volume": volume.name, "claim": volume.claim, "phase": volume.phase}
+        if settings.delete_retained_volumes:
+            kube.delete_volume(volume.name, volume.resource_version)
+            log.info("retained volume deleted", extra=extra)
+            message = f"deleted PersistentVolume {volume.name} (reclaim Retain), once bound to {volume.claim}"
+            kube.record_event(tenant, TenantEvent("Normal", "VolumeDeleted", message))
+            continue
+        log.warning("volume retained after the namespace was deleted", extra=extra)
+        message = (
+            f"PersistentVolume {volume.name} (reclaim Retain), once bound to {volume.claim}, still holds the "
+            f"tenant's data: delete it (kubectl delete pv {volume.name}), or set DELETE_RETAINED_VOLUMES=true"
+        )
+        kube.record_event(tenant, TenantEvent("Warning", "VolumeRetained", message))
 
 
 def _uninstall(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> None:

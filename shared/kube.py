@@ -63,6 +63,17 @@ class Marker:
 
 
 @dataclass(frozen=True)
+class Volume:
+    """A PersistentVolume once bound to a claim in a given namespace."""
+
+    name: str
+    claim: str  # namespace/name of the claim it was bound to
+    reclaim_policy: str  # Retain, Delete (or Recycle)
+    phase: str  # Bound, Released, ...; "" when no controller has set it
+    resource_version: str
+
+
+@dataclass(frozen=True)
 class NamespaceInfo:
     labels: Mapping[str, str]
     terminating: bool
@@ -400,6 +411,31 @@ class Kube:
             result = _call(f"list {kind.lower()} {namespace or '(all namespaces)'}", here if namespace else everywhere)
             found |= {(str(i.metadata.namespace), PolicyObject(kind, str(i.metadata.name))) for i in result.items}
         return found
+
+    # PersistentVolumes a Tenant's claims were bound to (functions.cleanup) --------------------
+
+    def volumes_claimed_in(self, namespace: str) -> list[Volume]:
+        """Every PersistentVolume whose ``claimRef`` is in ``namespace`` (one LIST of the
+        cluster's volumes: a claim reference cannot be selected on)."""
+        result = _call("list persistentvolumes", lambda: self._core.list_persistent_volume())
+        return [
+            Volume(
+                name=str(i.metadata.name),
+                claim=f"{i.spec.claim_ref.namespace}/{i.spec.claim_ref.name}",
+                reclaim_policy=str(i.spec.persistent_volume_reclaim_policy or ""),
+                phase=str((i.status.phase if i.status else None) or ""),
+                resource_version=str(i.metadata.resource_version),
+            )
+            for i in result.items
+            if i.spec.claim_ref is not None and i.spec.claim_ref.namespace == namespace
+        ]
+
+    def delete_volume(self, name: str, resource_version: str) -> None:
+        """Delete the version read; gone already is fine."""
+        _unless_absent(
+            f"delete persistentvolume {name}",
+            lambda: self._core.delete_persistent_volume(name, body=_precondition(resource_version)),
+        )
 
     # The host's Service range (shared.service_range) ----------------------------------------
 

@@ -61,6 +61,9 @@ class Settings:
     # SERVICE_CIDR: the host cluster's Service range, sent to every vCluster as ``serviceCIDR``
     # (shared.service_range). Empty: install reads it from the cluster at start.
     service_cidr: str = ""
+    # DELETE_RETAINED_VOLUMES: cleanup deletes a PersistentVolume of the Tenant's namespace left
+    # behind with reclaim policy Retain (default: it only reports it, functions.cleanup).
+    delete_retained_volumes: bool = False
 
     @property
     def verify_senders(self) -> bool:
@@ -114,8 +117,18 @@ class Settings:
             sink_token_file=Path(get("SINK_TOKEN_FILE", str(defaults.sink_token_file))),
             isolation=Isolation.from_env(env),
             service_cidr=service_range.parse(env.get("SERVICE_CIDR", "")),
+            delete_retained_volumes=_bool(env, "DELETE_RETAINED_VOLUMES"),
             **_senders(env),
         )
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "false", "0", "no"):
+        return False
+    if value in ("true", "1", "yes"):
+        return True
+    raise ConfigError(f"{name} must be true or false, got {value!r}")
 
 
 _SENDER_IDENTITY_DEFAULT = "oidc"  # on unless SENDER_IDENTITY=off says otherwise

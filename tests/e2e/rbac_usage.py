@@ -69,6 +69,12 @@ NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
     ],
     "tenant-cleanup": [
         ("coordination.k8s.io", {"leases"}, {"get", "update"}, "another holder's Lease: tests/e2e/test_faults.py"),
+        (
+            "",
+            {"persistentvolumes"},
+            {"delete"},
+            "only with DELETE_RETAINED_VOLUMES=true: tests/unit/test_lifecycle_decisions.py",
+        ),
     ],
 }
 

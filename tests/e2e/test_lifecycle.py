@@ -59,6 +59,7 @@ CS_JO = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e67"
 CS_KIM = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e68"
 CS_LEE = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e69"
 CS_NED = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6a"
+CS_FAY = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6b"
 
 
 @pytest.fixture(scope="module")
@@ -324,6 +325,42 @@ def test_deleting_a_ready_tenant_removes_everything_then_the_tenant(pipeline: St
     assert [(h["revision"], h["status"]) for h in history] == [(1, "deployed")]
     labels = json.loads(pipeline.kubectl("get", "namespace", "vcluster-erin", "-o", "json"))["metadata"]["labels"]
     assert labels["kubeopera.io/owner-uid"] == again.uid
+
+
+def test_a_volume_that_outlives_the_namespace_is_reported(pipeline: Stack, kube: Kube) -> None:
+    """The chart's StatefulSet retains its claim; with a storage class of reclaim policy Retain its
+    volume outlives the namespace, and the vCluster's data (its CA key among it) with it. No storage
+    runs on this tier, so the volume is made as the provisioner would have bound it."""
+    provision(pipeline, kube, "fay", CS_FAY)
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv-fay-data"},
+        "spec": {
+            "capacity": {"storage": "5Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": "/var/lib/fay"},
+            "claimRef": {"namespace": "vcluster-fay", "name": "data-vc-fay-0"},
+        },
+    }
+    pipeline.kubectl("apply", "-f", "-", input=json.dumps(volume))
+    try:
+        delete_and_wait_gone(pipeline, kube, "fay")
+        retained = [e for e in tenant_events(pipeline, "fay") if e["reason"] == "VolumeRetained"]
+        assert [(e["type"], e["message"]) for e in retained] == [
+            (
+                "Warning",
+                "PersistentVolume pv-fay-data (reclaim Retain), once bound to vcluster-fay/data-vc-fay-0, still holds "
+                "the tenant's data: delete it (kubectl delete pv pv-fay-data), or set DELETE_RETAINED_VOLUMES=true",
+            )
+        ]
+        assert exists(pipeline, "pv", "pv-fay-data"), "reported, not deleted: DELETE_RETAINED_VOLUMES is off"
+    finally:
+        # The API server gives a volume the finalizer kubernetes.io/pv-protection, which only the
+        # PV-protection controller (not run on this tier) would take off.
+        pipeline.kubectl("delete", "pv", "pv-fay-data", "--ignore-not-found", "--wait=false")
+        pipeline.kubectl("patch", "pv", "pv-fay-data", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
 
 
 def test_a_hand_made_namespace_is_refused_and_survives_the_tenants_deletion(pipeline: Stack, kube: Kube) -> None:

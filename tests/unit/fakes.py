@@ -29,7 +29,7 @@ from shared import events, tracing
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
 from shared.helm import Guard
 from shared.isolation import PolicyObject, policy_objects
-from shared.kube import Marker, NamespaceInfo, Rollout, StoredSecret
+from shared.kube import Marker, NamespaceInfo, Rollout, StoredSecret, Volume
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
 from shared.rbac import Role, RoleBinding
@@ -143,7 +143,10 @@ class FakeKube:
         self.claims: dict[tuple[str, str], Marker] = {}  # Leases cloudspace-<id> (shared.claims)
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
         self.service_ranges: list[tuple[str, list[str]]] | None = [("kubernetes", ["10.0.0.0/24"])]
-        self.policies: set[tuple[str, PolicyObject]] = set()  # the chart's namespace policies, made by FakeHelm
+        self.policies: set[tuple[str, PolicyObject]] = set()
+        self.volumes: dict[
+            str, Volume
+        ] = {}  # PersistentVolumes by name  # the chart's namespace policies, made by FakeHelm
         self.roles: dict[tuple[str, str], Role] = {}  # (namespace, name) -> as stored, with its resourceVersion
         self.role_bindings: dict[tuple[str, str], RoleBinding] = {}
         self.helm: FakeHelm | None = None  # whose releases are helm's records here (as its Secrets are)
@@ -347,6 +350,17 @@ class FakeKube:
     def get_rollout(self, namespace: str, name: str) -> Rollout | None:
         _tally(self.calls, "get_rollout")
         return self.rollouts.get((namespace, name))
+
+    def volumes_claimed_in(self, namespace: str) -> list[Volume]:
+        _tally(self.calls, "volumes_claimed_in")
+        return [v for v in self.volumes.values() if v.claim.startswith(f"{namespace}/")]
+
+    def delete_volume(self, name: str, resource_version: str) -> None:
+        _tally(self.calls, "delete_volume")
+        found = self.volumes.get(name)
+        if found is not None and found.resource_version == resource_version:
+            self._write("volume delete", name)
+            del self.volumes[name]
 
     def service_cidrs(self) -> list[tuple[str, list[str]]] | None:
         """The host's ServiceCIDRs (shared.service_range): the test bed's range, as its API server has it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from datetime import timedelta
@@ -30,7 +31,7 @@ from shared.errors import (
     WorkInHand,
 )
 from shared.http import Step, function_app
-from shared.kube import Marker, Rollout
+from shared.kube import Marker, Rollout, Volume
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.ownership import (
@@ -788,6 +789,43 @@ def test_cleanup_goes_on_when_kubeopera_api_is_down(kube: FakeKube, helm: FakeHe
         "kubeopera-api was not told: unreachable: ConnectionError",
     )
     assert kube.event("CleanupFinished")["count"] == 1
+    assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None
+
+
+@pytest.mark.parametrize("delete", [False, True], ids=["reported", "deleted"])
+def test_a_volume_retained_after_the_namespace_is_gone_is_reported_or_deleted(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi, delete: bool
+) -> None:
+    """The chart's StatefulSet retains its claim, and a storage class of reclaim policy Retain keeps
+    the volume after the namespace goes: the vCluster's data, its CA key among it."""
+    provisioned_and_stored(kube, helm)
+    kube.volumes = {
+        "pv-data": Volume("pv-data", f"{BOB_NS}/data-vc-bob-dev-0", "Retain", "Released", "5"),
+        "pv-scratch": Volume("pv-scratch", f"{BOB_NS}/scratch", "Delete", "Released", "6"),
+        "pv-other": Volume("pv-other", "vcluster-carol/data-vc-carol-0", "Retain", "Bound", "7"),
+    }
+    obj = deleted(kube, "bob-dev")
+    with pytest.raises(NotReadyYet):
+        run_cleanup(kube, helm, api, obj)
+    assert sorted(kube.volumes) == ["pv-data", "pv-other", "pv-scratch"], "not while the namespace is there"
+    kube.finish_namespace_deletion(BOB_NS)
+    settings = dataclasses.replace(SETTINGS, delete_retained_volumes=delete)
+
+    assert cleanup.handle(kube, helm, api, settings, apiserver_event(obj), ref_of(obj)) is None
+
+    if delete:
+        assert sorted(kube.volumes) == ["pv-other", "pv-scratch"]
+        assert kube.event("VolumeDeleted")["message"] == (
+            f"deleted PersistentVolume pv-data (reclaim Retain), once bound to {BOB_NS}/data-vc-bob-dev-0"
+        )
+    else:
+        assert sorted(kube.volumes) == ["pv-data", "pv-other", "pv-scratch"]
+        retained = kube.event("VolumeRetained")
+        assert retained["type"] == "Warning"
+        assert retained["message"] == (
+            f"PersistentVolume pv-data (reclaim Retain), once bound to {BOB_NS}/data-vc-bob-dev-0, still holds the "
+            "tenant's data: delete it (kubectl delete pv pv-data), or set DELETE_RETAINED_VOLUMES=true"
+        )
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None
 
 

@@ -190,8 +190,14 @@ def test_isolation_defaults_are_baseline_and_the_charts() -> None:
         ("TENANT_EGRESS_EXCEPT", "10.0.0.0/8,nope", "TENANT_EGRESS_EXCEPT must be CIDRs"),
         ("TENANT_EGRESS_EXCEPT", "fd00::/8", "TENANT_EGRESS_EXCEPT: fd00::/8 is not inside TENANT_EGRESS_CIDR"),
         ("POD_SECURITY_ENFORCE", "strict", "POD_SECURITY_ENFORCE must be one of privileged, baseline, restricted"),
+        ("DELETE_RETAINED_VOLUMES", "maybe", "DELETE_RETAINED_VOLUMES must be true or false, got 'maybe'"),
     ],
 )
 def test_bad_isolation_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         Settings.from_env({name: value} | SENDERS)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", False), ("false", False), ("TRUE", True), ("1", True)])
+def test_delete_retained_volumes_is_off_unless_asked(value: str, expected: bool) -> None:
+    assert Settings.from_env({"DELETE_RETAINED_VOLUMES": value} | SENDERS).delete_retained_volumes is expected
