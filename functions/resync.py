@@ -17,13 +17,18 @@ Provisioning past ``PROVISION_TIMEOUT_SECONDS``           resync fails it (``Pro
 Ready, its release gone (no vCluster StatefulSet)         phase Pending, then ``...install``
 Ready, the kubeconfig Secret missing or not vcluster's    ``io.kubeopera.tenant.ready``
 Ready, ``CallbackDelivered=False``                        ``io.kubeopera.tenant.kubeconfig.stored``
+Ready, its reads in the Tenant's namespace refused (403)  ``io.kubeopera.tenant.install``
 being deleted, cleanup never started or stalled           ``io.kubeopera.tenant.cleanup``
 Failed (waiting for a person), or Ready with no drift     nothing
 ========================================================  =========================================
 
 The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
 it reads the StatefulSet and the two Secrets of each Ready Tenant, ``OBSERVERS`` Tenants at a
-time (a pass is bound by the API server's latency, not by CPU: ``bench resync``). A Tenant
+time (a pass is bound by the API server's latency, not by CPU: ``bench resync``). resync reads
+in a Tenant's namespace only what install grants it there (``shared.access``: the StatefulSet
+and vcluster's Secret, by name); a Tenant made before that grant existed has none, and its reads
+are refused: resync sends it to install, which makes it (and changes nothing else of a settled
+Tenant), and looks again on the next tick. A Tenant
 being worked on at that moment may get a duplicate event, which the steps' idempotence and
 resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered and the pass runs again.
 """
@@ -44,7 +49,7 @@ from flask import Flask
 
 from functions.cleanup import gave_up
 from shared import events, logs, metrics
-from shared.errors import ProvisionTimeout
+from shared.errors import Forbidden, ProvisionTimeout
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
@@ -79,6 +84,7 @@ class Drift:
 
     release_present: bool  # the vCluster StatefulSet exists
     kubeconfig_current: bool  # the stored kubeconfig exists and is what vcluster wrote
+    granted: bool = True  # False: the reads in the Tenant's namespace were refused (the rest unknown)
 
 
 def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | None) -> Redrive | None:
@@ -105,6 +111,8 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
             return Redrive.TIMEOUT
         return Redrive.CHECK if idle > settings.ready_poll_seconds else None
     if status.phase == Phase.READY and drift is not None:
+        if not drift.granted:
+            return Redrive.INSTALL  # install grants resync its reads there (access.grant_if_ours)
         if not drift.release_present:
             return Redrive.REINSTALL
         if not drift.kubeconfig_current:
@@ -139,9 +147,14 @@ def observe_all(kube: Kube, settings: Settings, tenants: Sequence[Tenant]) -> di
 
 def observe(kube: Kube, settings: Settings, tenant: Tenant) -> Drift:
     names = tenant.spec.names
-    present = kube.get_rollout(names.namespace, names.release) is not None
+    try:  # through the Role install makes in the namespace (shared.access)
+        present = kube.get_rollout(names.namespace, names.release) is not None
+        written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    except Forbidden as err:
+        refused = {"tenant": tenant.key, "error": str(err)}
+        log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
+        return Drift(release_present=True, kubeconfig_current=True, granted=False)
     stored = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
-    written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
     return Drift(release_present=present, kubeconfig_current=current)
 
