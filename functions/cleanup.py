@@ -17,7 +17,9 @@ acknowledged at once, without an API call. For one that is:
    and the namespace deleted all the same;
 3. while the namespace still exists (Terminating), 503 with ``Retry-After:
    CLEANUP_POLL_SECONDS``: the broker asks again, as it does for check-ready;
-4. once everything is gone: Event ``CleanupFinished``, the finalizer is removed (which lets the
+4. once everything is gone: the Tenant's claim of its cloudSpaceID is released (Lease
+   ``cloudspace-<cloudSpaceID>``, ``shared.claims``; another Tenant's is left alone), Event
+   ``CleanupFinished``, the finalizer is removed (which lets the
    API server delete the Tenant), and kubeopera-api is told the CloudSpace is ``deleted``
    (non-fatal, once, and not when another Tenant still claims the same ``cloudSpaceID``).
 
@@ -126,6 +128,7 @@ def handle(
 
     if waiting:
         raise NotReadyYet("waiting for " + ", ".join(waiting), retry_after=settings.cleanup_poll_seconds)
+    claims.release_cloud_space(kube, tenant)
     kube.record_event(tenant, TenantEvent("Normal", "CleanupFinished", "vCluster and stored kubeconfig removed"))
     # Guarded by the resourceVersion read: of two deliveries finishing at once only one removes
     # the finalizer (the other gets Conflict, re-reads, finds the Tenant gone), so only one tells

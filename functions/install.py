@@ -11,8 +11,10 @@ Otherwise, in this order:
 2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
    always waits for cleanup;
 3. ownership (design.md section 1): an older Tenant asking for the same ``tenantName`` or
-   ``cloudSpaceID``, or a namespace or release that carries another owner (or none of ours),
-   fails this Tenant with a message naming the owner, and nothing of theirs is touched;
+   ``cloudSpaceID``, another Tenant's claim of the ``cloudSpaceID`` (a Lease only one Tenant can
+   create, ``claims.claim_cloud_space``: of two Tenants created in one second, one goes on), or a
+   namespace or release that carries another owner (or none of ours), fails this Tenant with a
+   message naming the owner, and nothing of theirs is touched;
 4. namespace ``vcluster-{tenantName}`` is created with the owner labels and the Pod Security
    labels (``shared.isolation``; made by this very Tenant before ownership labels existed, it is
    given them once; a Pod Security label removed or changed since is put back), and in it,
@@ -49,6 +51,7 @@ from shared import access, claims, events
 from shared.errors import NamespaceTerminating, PermanentError, TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
+from shared.isolation import policy_objects
 from shared.kube import Kube
 from shared.locks import installing, release_lease
 from shared.ownership import Claim, namespace_labels
@@ -142,6 +145,7 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
     if not tenant.has_finalizer:
         tenant = kube.set_finalizer(tenant, present=True)
     claims.check_rivals(kube, tenant)
+    claims.claim_cloud_space(kube, tenant)
     names = tenant.spec.names
     pod_security = settings.isolation.pod_security_labels()
     namespace, labels = claims.namespace_claim(kube, tenant)
@@ -157,12 +161,17 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         access.keep_labels(kube, names.namespace, labels, pod_security)
     access.grant(kube, tenant, settings.tenant_namespace)
 
-    # Pending again (a retry, or resync after the vCluster's StatefulSet went away) with the
-    # release in place: upgrade it even if its values are the same, so helm makes again what is
-    # gone. Asked under the release lock, so a delivery that waited for another's install sees
-    # the StatefulSet that one made.
+    # Pending again (a retry, or resync after the vCluster's StatefulSet or one of the chart's
+    # namespace policies went away) with the release in place: upgrade it even if its values are
+    # the same, so helm makes again what is gone. Asked under the release lock, so a delivery that
+    # waited for another's install sees what that one made.
     def reapply() -> bool:
-        return tenant.status.phase == Phase.PENDING and kube.get_rollout(names.namespace, names.release) is None
+        if tenant.status.phase != Phase.PENDING:
+            return False
+        if kube.get_rollout(names.namespace, names.release) is None:
+            return True
+        present = {o for _, o in kube.list_policy_objects(names.namespace)}
+        return not set(policy_objects(names.release)) <= present
 
     with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
         # Another delivery (another pod's, or one that finished while this one read) may have

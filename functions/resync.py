@@ -14,7 +14,8 @@ no status, Pending, a generation not yet observed, or     ``io.kubeopera.tenant.
 settled by the version before ownership (no finalizer)
 Provisioning at its generation for longer than a poll     ``io.kubeopera.tenant.provisioning``
 Provisioning past ``PROVISION_TIMEOUT_SECONDS``           resync fails it (``ProvisionTimeout``)
-Ready, its release gone (no vCluster StatefulSet)         phase Pending, then ``...install``
+Ready, its release gone (no vCluster StatefulSet), or     phase Pending, then ``...install``
+one of the chart's namespace policies gone                (helm's upgrade makes it again)
 Ready, the kubeconfig Secret missing or not vcluster's    ``io.kubeopera.tenant.ready``
 Ready, ``CallbackDelivered=False``                        ``io.kubeopera.tenant.kubeconfig.stored``
 Ready, its reads in the Tenant's namespace refused (403)  ``io.kubeopera.tenant.install``
@@ -24,13 +25,15 @@ Failed (waiting for a person), or Ready with no drift     nothing
 
 The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
 it reads the StatefulSet and the two Secrets of each Ready Tenant, ``OBSERVERS`` Tenants at a
-time (a pass is bound by the API server's latency, not by CPU: ``bench resync``). resync reads
-in a Tenant's namespace only what install grants it there (``shared.access``: the StatefulSet
-and vcluster's Secret, by name); a Tenant made before that grant existed has none, and its reads
-are refused: resync sends it to install, which makes it (and changes nothing else of a settled
-Tenant), and looks again on the next tick. A Tenant
+time (a pass is bound by the API server's latency, not by CPU: ``bench resync``), and lists the
+chart's namespace policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.isolation``)
+across the fleet in three calls. resync reads in a Tenant's namespace only what install grants it
+there (``shared.access``: the StatefulSet and vcluster's Secret, by name); a Tenant made before
+that grant existed has none, and its reads are refused: resync sends it to install, which makes
+it (and changes nothing else of a settled Tenant), and looks again on the next tick. A Tenant
 being worked on at that moment may get a duplicate event, which the steps' idempotence and
-resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered and the pass runs again.
+resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered
+and the pass runs again.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from functions.cleanup import gave_up
 from shared import events, logs, metrics
 from shared.errors import Forbidden, ProvisionTimeout
 from shared.http import Step, function_app
+from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Kube
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.reconcile import mark_failed, write_status
@@ -84,7 +88,14 @@ class Drift:
 
     release_present: bool  # the vCluster StatefulSet exists
     kubeconfig_current: bool  # the stored kubeconfig exists and is what vcluster wrote
+    policies_missing: tuple[str, ...] = ()  # the chart's namespace policies that are gone
     granted: bool = True  # False: the reads in the Tenant's namespace were refused (the rest unknown)
+
+    def reinstall_reason(self, tenant: Tenant) -> str:
+        names = tenant.spec.names
+        if not self.release_present:
+            return f"helm release {names.release} is gone; provisioning it again"
+        return f"{', '.join(self.policies_missing)} gone from {names.namespace}; provisioning it again"
 
 
 def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | None) -> Redrive | None:
@@ -113,7 +124,7 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     if status.phase == Phase.READY and drift is not None:
         if not drift.granted:
             return Redrive.INSTALL  # install grants resync its reads there (access.grant_if_ours)
-        if not drift.release_present:
+        if not drift.release_present or drift.policies_missing:
             return Redrive.REINSTALL
         if not drift.kubeconfig_current:
             return Redrive.STORE
@@ -140,12 +151,15 @@ def observe_all(kube: Kube, settings: Settings, tenants: Sequence[Tenant]) -> di
     wanted = [t for t in tenants if observed(t)]
     if not wanted:
         return {}
+    policies = kube.list_policy_objects()
     with ThreadPoolExecutor(max_workers=min(OBSERVERS, len(wanted)), thread_name_prefix="resync-observe") as pool:
-        futures = [pool.submit(contextvars.copy_context().run, observe, kube, settings, t) for t in wanted]
+        futures = [pool.submit(contextvars.copy_context().run, observe, kube, settings, t, policies) for t in wanted]
         return {t.key: f.result() for t, f in zip(wanted, futures, strict=True)}
 
 
-def observe(kube: Kube, settings: Settings, tenant: Tenant) -> Drift:
+def observe(kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]) -> Drift:
+    """The Tenant's vCluster as it is: three reads, and ``policies`` (every namespace's, listed
+    once a pass) for what the chart rendered in its namespace."""
     names = tenant.spec.names
     try:  # through the Role install makes in the namespace (shared.access)
         present = kube.get_rollout(names.namespace, names.release) is not None
@@ -156,7 +170,8 @@ def observe(kube: Kube, settings: Settings, tenant: Tenant) -> Drift:
         return Drift(release_present=True, kubeconfig_current=True, granted=False)
     stored = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
     current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
-    return Drift(release_present=present, kubeconfig_current=current)
+    missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in policies)
+    return Drift(release_present=present, kubeconfig_current=current, policies_missing=missing)
 
 
 def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = None) -> dict[str, int]:
@@ -171,7 +186,7 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
             continue
         with logs.bind(tenant=tenant.key):
             log.info("re-driving", extra={"redrive": action.name, "phase": str(tenant.status.phase)})
-            _redrive(kube, sink, settings, tenant, action, moment)
+            _redrive(kube, sink, settings, tenant, action, moment, drifts.get(tenant.key))
         counts[action.name] = counts.get(action.name, 0) + 1
     count_phases(tenants)
     log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
@@ -188,7 +203,9 @@ def count_phases(tenants: list[Tenant]) -> None:
         metrics.TENANTS.labels(phase).set(count)
 
 
-def _redrive(kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action: Redrive, now: datetime) -> None:
+def _redrive(
+    kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action: Redrive, now: datetime, drift: Drift | None
+) -> None:
     names = tenant.spec.names
     if action == Redrive.TIMEOUT:
         since = parse_time(tenant.status.last_synced_at)
@@ -199,14 +216,14 @@ def _redrive(kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action:
         )
         mark_failed(kube, tenant.ref, str(error), error.reason)
         return
-    if action == Redrive.REINSTALL:
+    if action == Redrive.REINSTALL and drift is not None:
         tenant = write_status(
             kube,
             tenant,
             StatusUpdate(
                 phase=Phase.PENDING,
                 fields={
-                    "message": f"helm release {names.release} is gone; provisioning it again",
+                    "message": drift.reinstall_reason(tenant),
                     "lastSyncedAt": rfc3339(utcnow()),
                 },
             ),

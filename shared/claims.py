@@ -8,14 +8,27 @@ selectable fields, so one small list each). Each check raises the error ``refusa
 owner is being deleted. ``check_history`` reads helm's record of the Tenant's release and raises
 ``ReleaseTampered`` when a Secret there carries the release's labels but is not helm's
 (``shared.release``); the helm guard runs it too, before it judges the release's values.
+
+``claim_cloud_space`` makes "one cloudSpaceID, one vCluster" atomic. ``check_rivals`` compares
+creation times, which the API server keeps to the second, and breaks a tie by name: of two
+Tenants created in one second, the one that sorts first counts as the older even when the other
+was provisioned before it existed, and both would go on. Before anything is made, install therefore
+creates Lease ``cloudspace-<cloudSpaceID>`` in the Tenants' namespace, labelled with the Tenant's
+uid and owned by it: the API server lets exactly one create of a name succeed, and the other
+Tenant finds the claim another's and is Failed (``already used by``). A claim whose Tenant no
+longer exists is a leftover of no value (the garbage collector would remove it with its owner):
+it is deleted, at the version read, and claimed anew. cleanup releases the claim last
+(``release_cloud_space``), so that a new Tenant may take the cloudSpaceID at once.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from shared import access
+from shared.errors import TemporaryError
 from shared.kube import Kube
 from shared.ownership import (
     Claim,
@@ -30,9 +43,15 @@ from shared.ownership import (
     release_labels,
     rival,
     rival_refusal,
+    secret_labels,
 )
 from shared.release import ReleaseRecords
 from shared.tenant import Tenant
+
+log = logging.getLogger(__name__)
+
+# Create, or find a leftover and delete it: twice is enough unless the claim keeps changing hands.
+CLAIM_ATTEMPTS = 3
 
 # Who may write helm's records in vcluster-* besides tenant-install (deploy/base/policy/tenant-helm-records.yaml).
 CLEANUP_IDENTITY = "system:serviceaccount:kubeopera-system:tenant-cleanup"
@@ -46,6 +65,46 @@ def check_rivals(kube: Kube, tenant: Tenant) -> None:
     other = rival(tenant, others)
     if other is not None:
         raise rival_refusal(tenant, other)
+
+
+def claim_thing(tenant: Tenant) -> Thing:
+    name = tenant.spec.names.cloud_space_claim
+    return Thing("claim", f"Lease {tenant.namespace}/{name}", f"kubectl delete lease {name} -n {tenant.namespace}")
+
+
+def claim_cloud_space(kube: Kube, tenant: Tenant) -> None:
+    """Hold this Tenant's cloudSpaceID (Lease ``cloudspace-<cloudSpaceID>``), or raise the
+    refusal: ``OwnershipConflict`` while another Tenant holds it, ``TemporaryError`` while that
+    Tenant is being deleted. Labelled as the kubeconfig Secret is (the cloudSpaceID and the owner)."""
+    name = tenant.spec.names.cloud_space_claim
+    for _ in range(CLAIM_ATTEMPTS):
+        if kube.create_claim(tenant, name, secret_labels(tenant)):
+            log.info("cloudSpaceID claimed", extra={"claim": name})
+            return
+        found = kube.get_claim(tenant.namespace, name)
+        if found is None:
+            continue  # released meanwhile: create again
+        verdict = judge(found.labels, tenant, {})
+        if verdict.claim == Claim.OURS:
+            return
+        if verdict.claim == Claim.OTHER and verdict.owner is not None:
+            state = owner_state(verdict.owner, kube.get_tenant(verdict.owner.namespace, verdict.owner.name))
+            if state == OwnerState.GONE:
+                log.info("claim left by a Tenant that is gone; released", extra={"claim": name})
+                kube.delete_claim(tenant.namespace, name, found.resource_version)
+                continue
+        else:
+            state = None
+        raise refusal(tenant, claim_thing(tenant), "cloudSpaceID", tenant.spec.cloud_space_id, verdict, state)
+    raise TemporaryError(f"{claim_thing(tenant)} changed hands while it was read; asking again", retry_after=1)
+
+
+def release_cloud_space(kube: Kube, tenant: Tenant) -> None:
+    """Delete this Tenant's claim of its cloudSpaceID (another's, or none, is left as it is)."""
+    name = tenant.spec.names.cloud_space_claim
+    found = kube.get_claim(tenant.namespace, name)
+    if found is not None and judge(found.labels, tenant, {}).claim == Claim.OURS:
+        kube.delete_claim(tenant.namespace, name, found.resource_version)
 
 
 def require(kube: Kube, tenant: Tenant, verdict: Verdict, thing: Thing, field: str, value: str) -> Verdict:

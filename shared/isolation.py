@@ -13,6 +13,9 @@ A tenant controls its vCluster, and so whatever the vCluster's syncer
   sent is what the chart's docs describe, written out. The chart renders ``resourceQuota`` and
   ``limitRange`` only when one of them is ``true`` (``auto``, its default, renders nothing) and
   ``networkPolicy`` only when ``true``: all three are sent as ``true``.
+  The objects are named after the release (``policy_objects``); resync lists them across the
+  fleet each tick and takes a Ready Tenant that lost one back through install (helm's upgrade
+  makes what is missing again).
 - **Pod Security** on the namespace (``pod_security_labels``): ``enforce`` at
   ``POD_SECURITY_ENFORCE`` (default ``baseline``: the vCluster pod runs as root without
   privilege escalation, which baseline admits and restricted does not; design.md section 5),
@@ -85,6 +88,33 @@ LABEL_POD_SECURITY = "pod-security.kubernetes.io/"
 
 # A resource name such as requests.cpu, count/pods or requests.nvidia.com/gpu.
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9./]*[a-z0-9])?$")
+
+
+# The label the chart puts on everything it renders; resync lists the policies by it.
+CHART_SELECTOR = "app=vcluster"
+
+
+@dataclass(frozen=True)
+class PolicyObject:
+    """One object the chart renders from ``helm_policies``: its kind and name."""
+
+    kind: str  # ResourceQuota, LimitRange or NetworkPolicy
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+def policy_objects(release: str) -> tuple[PolicyObject, ...]:
+    """What the vcluster 0.21.2 chart renders in the release namespace from ``helm_policies``
+    (templates/resourcequota.yaml, limitrange.yaml, networkpolicy.yaml; the names as
+    testbed/reference/vcluster-0.21.2/rendered-isolated.yaml has them)."""
+    return (
+        PolicyObject("ResourceQuota", f"vc-{release}"),
+        PolicyObject("LimitRange", f"vc-{release}"),
+        PolicyObject("NetworkPolicy", f"vc-work-{release}"),
+        PolicyObject("NetworkPolicy", f"vc-cp-{release}"),
+    )
 
 
 @dataclass(frozen=True)

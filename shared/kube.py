@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shared import tracing
 from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
+from shared.isolation import CHART_SELECTOR, PolicyObject
 from shared.rbac import Role, RoleBinding
 from shared.release import SecretMeta
 from shared.senders import Review
@@ -51,6 +52,14 @@ from shared.tenant import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A claim object's labels, and the version read (to delete exactly it)."""
+
+    labels: Mapping[str, str]
+    resource_version: str
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,7 @@ class Kube:
         self._authentication: Any = k8s.AuthenticationV1Api(api_client)
         self._rbac: Any = k8s.RbacAuthorizationV1Api(api_client)
         self._authorization: Any = k8s.AuthorizationV1Api(api_client)
+        self._networking: Any = k8s.NetworkingV1Api(api_client)
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Kube:
@@ -361,6 +371,72 @@ class Kube:
             _unless_absent(
                 f"delete lease {namespace}/{name}",
                 lambda: self._coordination.delete_namespaced_lease(name, namespace, body=options),
+            )
+
+    # The chart's namespace policies (shared.isolation) ----------------------------------------
+
+    def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]:
+        """(namespace, object) of every ResourceQuota, LimitRange and NetworkPolicy the chart
+        rendered (``CHART_SELECTOR``), in ``namespace`` or, with None, in every namespace: three
+        LISTs, however many Tenants there are."""
+        kinds: tuple[tuple[str, Callable[[], Any], Callable[[], Any]], ...] = (
+            (
+                "ResourceQuota",
+                lambda: self._core.list_resource_quota_for_all_namespaces(label_selector=CHART_SELECTOR),
+                lambda: self._core.list_namespaced_resource_quota(namespace, label_selector=CHART_SELECTOR),
+            ),
+            (
+                "LimitRange",
+                lambda: self._core.list_limit_range_for_all_namespaces(label_selector=CHART_SELECTOR),
+                lambda: self._core.list_namespaced_limit_range(namespace, label_selector=CHART_SELECTOR),
+            ),
+            (
+                "NetworkPolicy",
+                lambda: self._networking.list_network_policy_for_all_namespaces(label_selector=CHART_SELECTOR),
+                lambda: self._networking.list_namespaced_network_policy(namespace, label_selector=CHART_SELECTOR),
+            ),
+        )
+        found: set[tuple[str, PolicyObject]] = set()
+        for kind, everywhere, here in kinds:
+            result = _call(f"list {kind.lower()} {namespace or '(all namespaces)'}", here if namespace else everywhere)
+            found |= {(str(i.metadata.namespace), PolicyObject(kind, str(i.metadata.name))) for i in result.items}
+        return found
+
+    # Claims (shared.claims: one cloudSpaceID, one Tenant) ------------------------------------
+
+    def create_claim(self, tenant: Tenant, name: str, labels: Mapping[str, str]) -> bool:
+        """Create Lease ``name`` in the Tenant's namespace, held by the Tenant and owned by it (the
+        garbage collector removes it with the Tenant); False if one of that name exists already."""
+        meta = k8s.V1ObjectMeta(
+            name=name,
+            namespace=tenant.namespace,
+            labels=dict(labels),
+            owner_references=[
+                k8s.V1OwnerReference(api_version=API_VERSION, kind=KIND, name=tenant.name, uid=tenant.uid)
+            ],
+        )
+        body: Any = k8s.V1Lease(metadata=meta, spec=k8s.V1LeaseSpec(holder_identity=tenant.key))
+        return _created(
+            f"create lease {tenant.namespace}/{name}",
+            lambda: self._coordination.create_namespaced_lease(tenant.namespace, body),
+        )
+
+    def get_claim(self, namespace: str, name: str) -> Marker | None:
+        found = _found_or_none(
+            f"get lease {namespace}/{name}", lambda: self._coordination.read_namespaced_lease(name, namespace)
+        )
+        if found is None:
+            return None
+        return Marker(dict(found.metadata.labels or {}), str(found.metadata.resource_version))
+
+    def delete_claim(self, namespace: str, name: str, resource_version: str) -> None:
+        """Delete the version read; gone already, or changed meanwhile (409), is left as it is."""
+        with contextlib.suppress(Conflict):
+            _unless_absent(
+                f"delete lease {namespace}/{name}",
+                lambda: self._coordination.delete_namespaced_lease(
+                    name, namespace, body=_precondition(resource_version)
+                ),
             )
 
     # RBAC in a Tenant's namespace (shared.access) ------------------------------------------

@@ -83,5 +83,10 @@ class TenantNames:
         return f"tenant-{self.cloud_space_id}-kubeconfig"
 
     @property
+    def cloud_space_claim(self) -> str:
+        """The Lease in the Tenants' namespace whose creation claims the cloudSpaceID (``shared.claims``)."""
+        return f"cloudspace-{self.cloud_space_id}"
+
+    @property
     def in_cluster_server(self) -> str:
         return f"https://{self.release}.{self.namespace}:443"

@@ -344,9 +344,8 @@ def test_only_cleanup_deletes_namespaces_and_stored_kubeconfigs() -> None:
 
 
 def test_cluster_wide_rules_are_only_where_namespaces_are_unknown() -> None:
-    """notify-api, dead-letter and resync touch kubeopera-system only (resync reads in a Tenant's
-    namespace through the Role install makes there): no ClusterRole for them."""
-    for name in ("tenant-notify-api", "tenant-dead-letter", "tenant-resync"):
+    """notify-api and dead-letter touch kubeopera-system only: no ClusterRole for them."""
+    for name in ("tenant-notify-api", "tenant-dead-letter"):
         kinds = {doc["kind"] for doc in file_documents(RBAC / f"{name}.yaml")}
         assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, name
 

@@ -15,9 +15,11 @@ test can read the API server's audit log of the whole module and compare it with
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,6 +46,8 @@ from .support import (
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
+
 TIMEOUT_SECONDS = 20
 CS_BOB = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e60"
 CS_BOB_DUP = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e61"
@@ -55,6 +59,7 @@ CS_IVY = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e66"
 CS_JO = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e67"
 CS_KIM = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e68"
 CS_LEE = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e69"
+CS_NED = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6a"
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +213,90 @@ def test_cleanup_of_the_refused_tenant_leaves_the_owners_vcluster_alone(
     skipped = [e for e in tenant_events(pipeline, "bob-dup") if e["reason"] == "CleanupSkipped"]
     assert skipped and "left namespace vcluster-bob-dev alone" in skipped[0]["message"]
     assert "Tenant kubeopera-system/bob-dev" in skipped[0]["message"]
+
+
+HELM_RECORDS_POLICY = REPO / "deploy" / "base" / "policy" / "tenant-helm-records.yaml"
+
+
+def syncer(tenant_name: str) -> list[str]:
+    """kubectl flags to act as the tenant's vCluster syncer: what it may write in its host
+    namespace, the tenant can cause."""
+    namespace = f"vcluster-{tenant_name}"
+    return [
+        f"--as=system:serviceaccount:{namespace}:vc-vc-{tenant_name}",
+        "--as-group=system:serviceaccounts",
+        f"--as-group=system:serviceaccounts:{namespace}",
+        "--as-group=system:authenticated",
+    ]
+
+
+def forged_record(pipeline: Stack, tenant_name: str, victim_namespace: str) -> dict[str, Any]:
+    """issue 23's forgery: the tenant's own release record, version 99, under a name of its own,
+    its manifest rewritten to name the neighbour's namespace."""
+    namespace = f"vcluster-{tenant_name}"
+    original = json.loads(
+        pipeline.kubectl("get", "secret", f"sh.helm.release.v1.vc-{tenant_name}.v1", "-n", namespace, "-o", "json")
+    )
+    release = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(original["data"]["release"]))))
+    release["version"] = 99
+    release["manifest"] = release["manifest"].replace(f"namespace: {namespace}", f"namespace: {victim_namespace}")
+    body = base64.b64encode(gzip.compress(json.dumps(release).encode())).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": original["type"],
+        "metadata": {
+            "name": f"vc-{tenant_name}-history",
+            "namespace": namespace,
+            "labels": original["metadata"]["labels"] | {"version": "99"},
+        },
+        "data": {"release": base64.b64encode(body.encode()).decode()},
+    }
+
+
+def test_a_tenant_forging_helm_history_is_refused_and_without_the_policy_harms_only_itself(
+    pipeline: Stack, kube: Kube, bob: Tenant
+) -> None:
+    """Acting as ned's syncer: the forged record is refused at admission
+    (tenant-helm-records.yaml). With that policy removed (test-only), the forgery is admitted,
+    and the product's own check holds: ned's quota change fails him with ReleaseTampered and runs
+    no helm, his deletion removes his namespace without asking helm, and bob's release, namespace,
+    Secret and StatefulSet are byte-identical after."""
+    provision(pipeline, kube, "ned", CS_NED)
+    settled(pipeline)
+    before = snapshot(pipeline, "bob-dev", CS_BOB)
+    forged = json.dumps(forged_record(pipeline, "ned", "vcluster-bob-dev"))
+
+    refused = kubectl_as(pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *syncer("ned"), input=forged)
+    assert refused.returncode != 0 and "kubeopera-tenants-helm-records" in refused.stderr, refused.stderr
+
+    pipeline.kubectl("delete", "-f", str(HELM_RECORDS_POLICY))
+    try:
+        wait_for(
+            "the forgery admitted without the policy",
+            lambda: (
+                kubectl_as(
+                    pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *syncer("ned"), input=forged
+                ).returncode
+                == 0
+            ),
+            timeout=30,
+        )
+        patch = {"spec": {"quota": {"cpu": "2", "memory": "2Gi"}}}
+        pipeline.kubectl("patch", "kt", "ned", "-n", TENANT_NAMESPACE, "--type=merge", "-p", json.dumps(patch))
+        failed = wait_for("ned Failed", lambda: phase_of(kube, "ned", "Failed"), timeout=60)
+        assert failed.status.message.startswith(
+            "the history of helm release vcluster-ned/vc-ned was tampered with: Secret vc-ned-history"
+        ), failed.status.message
+        assert "ReleaseTampered" in reasons(pipeline, "ned")
+        assert not exists(pipeline, "secret", "sh.helm.release.v1.vc-ned.v2", "-n", "vcluster-ned"), "helm ran"
+
+        delete_and_wait_gone(pipeline, kube, "ned")
+        assert not exists(pipeline, "namespace", "vcluster-ned")
+        settled(pipeline)
+        assert snapshot(pipeline, "bob-dev", CS_BOB) == before
+    finally:
+        pipeline.kubectl("apply", "--server-side", "-f", str(HELM_RECORDS_POLICY))
 
 
 def test_deleting_a_ready_tenant_removes_everything_then_the_tenant(pipeline: Stack, kube: Kube) -> None:
@@ -399,6 +488,104 @@ def test_the_stuck_release_tenant_is_cleaned_even_after_failing(pipeline: Stack,
     delete_and_wait_gone(pipeline, kube, "stuck-jo")
     assert not exists(pipeline, "namespace", "vcluster-stuck-jo")
     assert not [r for r in helm(pipeline, "list", "--all-namespaces", "--all") if r["name"] == "vc-stuck-jo"]
+
+
+RACES = 20
+
+
+def race_pair(k: int) -> tuple[str, str, str]:
+    """The k-th race: a cloudSpaceID and two Tenants asking for it. The one created second sorts
+    first by name, so that the older-Tenant rule (creation second, then name) counts it as the
+    older: without the claim, both would go on whenever the first was installed before the
+    second existed."""
+    return f"0b0e7a52-8a41-4d3e-9a7e-2f2b3c4d{k:04x}", f"race{k:02d}-b", f"race{k:02d}-a"
+
+
+def test_two_tenants_for_one_cloud_space_id_created_in_one_second_get_one_vcluster(pipeline: Stack, kube: Kube) -> None:
+    """The same-second race, 20 times over, all in one apply (the API server writes the 40 Tenants
+    within a second or two; each pair's two within one): each time one Ready, one Failed with the
+    winner named, one release, one namespace. Then all 40 go, and every claim with them."""
+    settled(pipeline)
+    docs = []
+    for k in range(RACES):
+        cs, first, second = race_pair(k)
+        docs += [tenant_yaml(first, cs), tenant_yaml(second, cs)]
+    pipeline.kubectl("apply", "-f", "-", input="---\n".join(docs))
+    created = {
+        t["metadata"]["name"]: t["metadata"]["creationTimestamp"]
+        for t in json.loads(pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE, "-o", "json"))["items"]
+    }
+    same_second = sum(created[race_pair(k)[1]] == created[race_pair(k)[2]] for k in range(RACES))
+
+    def race_tenants() -> list[dict[str, Any]]:
+        items = json.loads(pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE, "-o", "json"))["items"]
+        return [t for t in items if t["metadata"]["name"].startswith("race")]
+
+    def outcome() -> dict[str, str] | None:
+        phases = {t["metadata"]["name"]: t.get("status", {}).get("phase", "") for t in race_tenants()}
+        done = len(phases) == 2 * RACES and all(p in ("Ready", "Failed") for p in phases.values())
+        return phases if done else None
+
+    phases = wait_for("every race decided", outcome, timeout=240, interval=1)
+    releases = {
+        r["name"] for r in helm(pipeline, "list", "--all-namespaces", "--all") if r["name"].startswith("vc-race")
+    }
+    for k in range(RACES):
+        cs, first, second = race_pair(k)
+        pair = {first: phases[first], second: phases[second]}
+        assert sorted(pair.values()) == ["Failed", "Ready"], f"race {k}: {pair}"
+        winner = next(n for n, p in pair.items() if p == "Ready")
+        loser = next(n for n, p in pair.items() if p == "Failed")
+        failed = kube.get_tenant(TENANT_NAMESPACE, loser)
+        assert failed is not None
+        assert failed.status.message == f'cloudSpaceID "{cs}" is already used by Tenant {TENANT_NAMESPACE}/{winner}'
+        assert f"vc-{winner}" in releases and f"vc-{loser}" not in releases, f"race {k}: {sorted(releases)}"
+        assert exists(pipeline, "namespace", f"vcluster-{winner}")
+        assert not exists(pipeline, "namespace", f"vcluster-{loser}")
+        claim = json.loads(pipeline.kubectl("get", "lease", f"cloudspace-{cs}", "-n", TENANT_NAMESPACE, "-o", "json"))
+        assert claim["spec"]["holderIdentity"] == f"{TENANT_NAMESPACE}/{winner}"
+        assert [o["name"] for o in claim["metadata"]["ownerReferences"]] == [winner]
+    assert len(releases) == RACES
+    assert same_second >= RACES // 2, f"only {same_second} of {RACES} pairs were created in one second"
+
+    pipeline.kubectl("delete", "kt", "-n", TENANT_NAMESPACE, *sorted(phases), "--wait=false")
+    wait_for(
+        "every race Tenant gone",
+        lambda: not race_tenants(),
+        timeout=180,
+        interval=1,
+    )
+    leases = json.loads(pipeline.kubectl("get", "lease", "-n", TENANT_NAMESPACE, "-o", "json"))["items"]
+    assert not [
+        lease["metadata"]["name"]
+        for lease in leases
+        if lease["metadata"]["name"].startswith("cloudspace-0b0e7a52-8a41-4d3e-9a7e-2f")
+    ]
+
+
+def test_a_claim_left_by_a_tenant_that_is_gone_is_taken_over(pipeline: Stack, kube: Kube) -> None:
+    """A claim outlives its Tenant until the garbage collector comes (or forever, restored from a
+    backup without its owner): the next Tenant for that cloudSpaceID deletes it and claims anew."""
+    cs = "0b0e7a52-8a41-4d3e-9a7e-3f2b3c4d0001"
+    left = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": f"cloudspace-{cs}",
+            "namespace": TENANT_NAMESPACE,
+            "labels": {
+                "kubeopera.io/owner-uid": "3d4c0f8e-0000-4000-8000-000000000000",
+                "kubeopera.io/owner-namespace": TENANT_NAMESPACE,
+                "kubeopera.io/owner-name": "gone-long-ago",
+            },
+        },
+        "spec": {"holderIdentity": f"{TENANT_NAMESPACE}/gone-long-ago"},
+    }
+    pipeline.kubectl("apply", "-f", "-", input=json.dumps(left))
+    mia = provision(pipeline, kube, "mia", cs)
+    claim = json.loads(pipeline.kubectl("get", "lease", f"cloudspace-{cs}", "-n", TENANT_NAMESPACE, "-o", "json"))
+    assert claim["metadata"]["labels"]["kubeopera.io/owner-uid"] == mia.uid
+    assert claim["spec"]["holderIdentity"] == f"{TENANT_NAMESPACE}/mia"
 
 
 def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:

@@ -88,8 +88,8 @@ def test_example_tenant_ends_ready_with_everything_the_operator_did(pipeline: St
     values = helm(pipeline, "get", "values", "vc-alice-default", "-n", "vcluster-alice-default")
     assert values == vcluster_values(alice, "local")
     assert values["controlPlane"]["statefulSet"]["resources"] == {
-        "requests": {"cpu": "2", "memory": "4Gi"},
-        "limits": {"cpu": "2", "memory": "4Gi"},
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "500m", "memory": "1Gi"},
     }
     history = helm(pipeline, "history", "vc-alice-default", "-n", "vcluster-alice-default")
     assert [(h["revision"], h["status"]) for h in history] == [(1, "deployed")]

@@ -300,8 +300,10 @@ def test_secrets_are_readable_only_where_install_granted_it(
             store.get_secret(ungranted, "anything")
 
         # resync: the StatefulSet and vcluster's Secret there, through the Role install made
-        seen = redelivered(lambda: resync.observe(clients["tenant-resync"], settings, tenant))
-        assert seen.granted and seen.kubeconfig_current
+        resync_kube = clients["tenant-resync"]
+        policies = resync_kube.list_policy_objects()  # fleet-wide, as a pass lists them
+        seen = resync.observe(resync_kube, settings, tenant, policies)
+        assert seen.granted and seen.kubeconfig_current and seen.policies_missing == ()
         sts = k8s.AppsV1Api(admin.api_client).list_namespaced_stateful_set(names.namespace).items
         assert seen.release_present == any(s.metadata.name == names.release for s in sts)
         refused(lambda: clients["tenant-resync"].get_secret(names.namespace, "something-else"))

@@ -28,7 +28,8 @@ from werkzeug.test import TestResponse
 from shared import events, tracing
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
 from shared.helm import Guard
-from shared.kube import NamespaceInfo, Rollout, StoredSecret
+from shared.isolation import PolicyObject, policy_objects
+from shared.kube import Marker, NamespaceInfo, Rollout, StoredSecret
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
 from shared.rbac import Role, RoleBinding
@@ -139,7 +140,9 @@ class FakeKube:
         self.writes: Counter[str] = Counter()  # the write methods called
         self.journal: list[tuple[str, str]] = []  # writes in order (FakeHelm adds its own): (what, on what)
         self.leases: dict[tuple[str, str], str] = {}  # (namespace, name) -> holder; a lock, not in the journal
+        self.claims: dict[tuple[str, str], Marker] = {}  # Leases cloudspace-<id> (shared.claims)
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
+        self.policies: set[tuple[str, PolicyObject]] = set()  # the chart's namespace policies, made by FakeHelm
         self.roles: dict[tuple[str, str], Role] = {}  # (namespace, name) -> as stored, with its resourceVersion
         self.role_bindings: dict[tuple[str, str], RoleBinding] = {}
         self.helm: FakeHelm | None = None  # whose releases are helm's records here (as its Secrets are)
@@ -221,6 +224,7 @@ class FakeKube:
         and vcluster wrote its kubeconfig Secret."""
         namespace, release = f"vcluster-{tenant_name}", f"vc-{tenant_name}"
         self.rollouts[(namespace, release)] = Rollout(generation, generation, 1, 1, 1)
+        self.policies |= {(namespace, o) for o in policy_objects(release)}  # the chart rendered them
         self.add_secret(namespace, f"vc-{release}", {VCLUSTER_CONFIG_KEY: config}, {})
 
     def event(self, reason: str) -> dict[str, Any]:
@@ -343,6 +347,10 @@ class FakeKube:
         _tally(self.calls, "get_rollout")
         return self.rollouts.get((namespace, name))
 
+    def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]:
+        _tally(self.calls, "list_policy_objects")
+        return {(ns, o) for ns, o in self.policies if namespace is None or ns == namespace}
+
     # Roles and RoleBindings (shared.access) -----------------------------------------------------
 
     def _into_namespace(self, what: str, namespace: str) -> None:
@@ -430,6 +438,28 @@ class FakeKube:
         _tally(self.calls, "release_lease")
         if self.leases.get((namespace, name)) == resource_version:
             del self.leases[(namespace, name)]
+
+    # Claims (Leases cloudspace-<id>) ------------------------------------------------------------
+
+    def create_claim(self, tenant: Tenant, name: str, labels: Mapping[str, str]) -> bool:
+        _tally(self.calls, "create_claim")
+        if (tenant.namespace, name) in self.claims:
+            return False
+        self._write("claim create", f"{tenant.namespace}/{name}")
+        self.claims[(tenant.namespace, name)] = Marker(dict(labels), self._next_version())
+        return True
+
+    def get_claim(self, namespace: str, name: str) -> Marker | None:
+        _tally(self.calls, "get_claim")
+        return self.claims.get((namespace, name))
+
+    def delete_claim(self, namespace: str, name: str, resource_version: str) -> None:
+        _tally(self.calls, "delete_claim")
+        current = self.claims.get((namespace, name))
+        if current is None or current.resource_version != resource_version:
+            return
+        self._write("claim delete", f"{namespace}/{name}")
+        del self.claims[(namespace, name)]
 
     # Secrets ------------------------------------------------------------------------------------
 
@@ -535,10 +565,15 @@ class FakeHelm:
         if self.kube is not None:
             self.kube.journal.append((f"helm {op}", f"{namespace}/{name}"))
             # helm makes (or removes) the chart's StatefulSet; nothing has rolled it out yet.
+            # So are its namespace policies (shared.isolation), and an upgrade makes any that is gone.
+            made = {(namespace, o) for o in policy_objects(name)}
             if op == "uninstall":
                 self.kube.rollouts.pop((namespace, name), None)
-            elif (namespace, name) not in self.kube.rollouts:
-                self.kube.rollouts[(namespace, name)] = Rollout(1, 0, 1, 0, 0)
+                self.kube.policies -= made
+            else:
+                self.kube.policies |= made
+                if (namespace, name) not in self.kube.rollouts:
+                    self.kube.rollouts[(namespace, name)] = Rollout(1, 0, 1, 0, 0)
 
     def release(self, name: str, namespace: str) -> ReleaseState | None:
         _tally(self.calls, "release")

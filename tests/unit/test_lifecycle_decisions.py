@@ -30,7 +30,7 @@ from shared.errors import (
     WorkInHand,
 )
 from shared.http import Step, function_app
-from shared.kube import Rollout
+from shared.kube import Marker, Rollout
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.ownership import (
@@ -76,6 +76,7 @@ BOB_SECRET = f"tenant-{CS_BOB}-kubeconfig"
 BOB_KEY = f"{TENANT_NAMESPACE}/bob-dev"
 CONFIG = b"apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3cret}}]\n"
 EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
+BOB_CLAIM = f"{TENANT_NAMESPACE}/cloudspace-{CS_BOB}"  # the Lease that holds bob-dev's cloudSpaceID
 # What install writes in bob-dev's namespace for itself and the other functions (shared.access), in order.
 GRANTS = [
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-install"),
@@ -207,6 +208,7 @@ def test_install_writes_pending_then_the_finalizer_before_it_makes_anything(kube
         ("status", f"{BOB_KEY}:Pending"),
         ("event", "Pending"),
         ("finalizer+", BOB_KEY),
+        ("claim create", BOB_CLAIM),
         ("namespace create", BOB_NS),
         *GRANTS,
         ("helm install", f"{BOB_NS}/{BOB_RELEASE}"),
@@ -315,6 +317,54 @@ def test_install_refuses_a_second_tenant_reusing_the_cloud_space_id(kube: FakeKu
     assert "vcluster-carol" not in kube.namespaces
     assert helm.operations == operations
     assert not [w for w in since(kube, mark) if w[0].startswith(("namespace", "helm", "secret"))]
+
+
+def test_of_two_tenants_created_in_one_second_the_first_to_claim_the_cloud_space_id_goes_on(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """Creation times are kept to the second, and the older-Tenant rule breaks a tie by name: amy,
+    created in zed's second, counts as the older, and finds no older rival. Had zed been provisioned
+    before amy existed, both would go on. The claim, a Lease only one create can make, decides:
+    zed's came first, so amy is Failed before she makes anything, and there is one release."""
+    zed = provision(kube, helm, "zed", CS_BOB, created=EARLY)
+    operations = list(helm.operations)
+    amy = kube.add_tenant(tenant_object("amy", CS_BOB, created=EARLY))
+
+    err = refuse(kube, helm, amy)
+
+    assert isinstance(err, OwnershipConflict)
+    assert str(err) == f'cloudSpaceID "{CS_BOB}" is already used by Tenant {TENANT_NAMESPACE}/zed'
+    assert live(kube, "amy").status.phase == "Failed"
+    assert "vcluster-amy" not in kube.namespaces
+    assert helm.operations == operations
+    assert kube.claims[(TENANT_NAMESPACE, f"cloudspace-{CS_BOB}")].labels[LABEL_OWNER_UID] == zed["metadata"]["uid"]
+
+
+def test_a_claim_left_by_a_tenant_that_is_gone_is_released_and_taken(kube: FakeKube, helm: FakeHelm) -> None:
+    """The garbage collector removes a claim with its Tenant, but not at once: a new Tenant for the
+    same cloudSpaceID meanwhile deletes the leftover (at the version read) and claims anew."""
+    ghost = Tenant.from_object(tenant_object("ghost", CS_BOB, uid="uid-gone"))
+    kube.claims[(TENANT_NAMESPACE, f"cloudspace-{CS_BOB}")] = Marker(secret_labels(ghost), "7")
+
+    bob = provision(kube, helm)
+
+    assert kube.claims[(TENANT_NAMESPACE, f"cloudspace-{CS_BOB}")].labels == secret_labels(Tenant.from_object(bob))
+    assert ("claim delete", BOB_CLAIM) in kube.journal
+    assert live(kube).status.phase == "Provisioning"
+
+
+def test_a_claim_of_a_tenant_being_deleted_waits_for_its_cleanup(kube: FakeKube, helm: FakeHelm) -> None:
+    provision(kube, helm, created=EARLY)
+    kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
+    # The same second, and amy sorts first: no older rival, so only bob-dev's claim holds her back.
+    amy = kube.add_tenant(tenant_object("amy", CS_BOB, created=EARLY))
+
+    with pytest.raises(TemporaryError) as caught:
+        run_install(kube, helm, amy)
+
+    assert f'cloudSpaceID "{CS_BOB}" is still held by Tenant {BOB_KEY}, which is being deleted' in str(caught.value)
+    assert kube.calls["get_claim"] == 1
+    assert "vcluster-amy" not in kube.namespaces
 
 
 def test_install_waits_for_an_older_rival_being_deleted(kube: FakeKube, helm: FakeHelm) -> None:
@@ -663,7 +713,12 @@ def test_cleanup_removes_what_the_tenant_owns_then_waits_for_the_namespace(
 
     assert api.reports == [CloudSpaceUpdate(CS_BOB, BOB_RELEASE, BOB_NS, BOB_SECRET, "deleted")]
     assert kube.event("CleanupFinished")["type"] == "Normal"
-    assert kube.journal[-2:] == [("event", "CleanupFinished"), ("finalizer-", BOB_KEY)]
+    assert kube.journal[-3:] == [
+        ("claim delete", BOB_CLAIM),
+        ("event", "CleanupFinished"),
+        ("finalizer-", BOB_KEY),
+    ], "the cloudSpaceID is free again before the Tenant goes"
+    assert kube.claims == {}
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None  # the API server let it go
     assert kube.event("CleanupStarted")["count"] == 1
 
@@ -752,6 +807,7 @@ def test_cleanup_does_not_tell_kubeopera_api_while_another_tenant_claims_the_clo
 
     assert api.reports == []  # bob-dev's CloudSpace is not "deleted"
     assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)] == secret  # bob-dev's Secret stays
+    assert kube.claims[(TENANT_NAMESPACE, f"cloudspace-{CS_BOB}")].labels[LABEL_OWNER_UID] == live(kube).uid
     assert kube.event("CleanupSkipped")["message"] == (
         f"left Secret {TENANT_NAMESPACE}/{BOB_SECRET} alone: it belongs to Tenant {BOB_KEY}, not to this Tenant"
     )

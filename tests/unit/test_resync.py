@@ -26,6 +26,7 @@ from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, 
 from shared import access, events
 from shared.errors import Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.http import Step, function_app
+from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Rollout
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
@@ -64,6 +65,7 @@ TRACEPARENT = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"
 NO_DRIFT = Drift(release_present=True, kubeconfig_current=True)
 RELEASE_GONE = Drift(release_present=False, kubeconfig_current=True)
 KUBECONFIG_STALE = Drift(release_present=True, kubeconfig_current=False)
+NOT_GRANTED = Drift(release_present=False, kubeconfig_current=False, granted=False)  # the rest unknown
 
 
 @pytest.fixture
@@ -284,7 +286,7 @@ def test_decide_a_new_generation_gets_install_whatever_the_phase_was() -> None:
 @pytest.mark.parametrize(
     ("state", "drift", "expected"),
     [
-        pytest.param(status("Ready", callback="False"), Drift(False, False, False), Redrive.INSTALL, id="not-granted"),
+        pytest.param(status("Ready", callback="False"), NOT_GRANTED, Redrive.INSTALL, id="not-granted"),
         pytest.param(status("Ready", callback="False"), Drift(False, False), Redrive.REINSTALL, id="gone-beats-all"),
         pytest.param(status("Ready", callback="False"), KUBECONFIG_STALE, Redrive.STORE, id="store-before-notify"),
         pytest.param(status("Ready", callback="True"), NO_DRIFT, None, id="callback-delivered"),
@@ -318,8 +320,11 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
     assert sink.sent == []
     assert kube.journal == []
     assert kube.writes == writes
-    # one list per pass; per Ready Tenant its StatefulSet and the two Secrets, nothing else
-    assert kube.calls == Counter({"list_tenants": 2, "get_rollout": 6, "get_secret": 6, "read_secret_key": 6})
+    # per pass one list of Tenants and one of the chart's policies (three LISTs in the adapter);
+    # per Ready Tenant its StatefulSet and the two Secrets, nothing else
+    assert kube.calls == Counter(
+        {"list_tenants": 2, "list_policy_objects": 2, "get_rollout": 6, "get_secret": 6, "read_secret_key": 6}
+    )
     assert helm.calls == Counter() and helm.operations == operations
 
 
@@ -611,6 +616,29 @@ def test_a_statefulset_deleted_by_hand_is_brought_back_by_the_reinstall(
     assert install.handle(kube, helm, SETTINGS, events.tenant_ref(only_event(sink))) is not None
 
     assert len(helm.operations) > len(operations), "nothing will recreate the StatefulSet"
+
+
+@pytest.mark.parametrize("gone", policy_objects(BOB_RELEASE), ids=str)
+def test_a_namespace_policy_deleted_by_hand_is_made_again_through_install(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, gone: PolicyObject
+) -> None:
+    """kubectl delete resourcequota/limitrange/networkpolicy in vcluster-bob-dev: the release is
+    as it was, so only a pass that looks for the chart's policies sees it; install then upgrades
+    the release with the same values, and helm makes the object again."""
+    ready(kube, helm)
+    kube.policies.discard((BOB_NS, gone))
+    operations = list(helm.operations)
+
+    assert resync(kube, sink, SETTINGS) == {"REINSTALL": 1}
+    pending = live(kube)
+    assert (pending.status.phase, pending.status.message) == (
+        "Pending",
+        f"{gone} gone from {BOB_NS}; provisioning it again",
+    )
+    assert install.handle(kube, helm, SETTINGS, events.tenant_ref(only_event(sink))) is not None
+
+    assert helm.operations[len(operations) :] == [("upgrade", f"{BOB_NS}/{BOB_RELEASE}")]
+    assert (BOB_NS, gone) in kube.policies
 
 
 def test_store_redrive_converges_and_announces_nothing_twice(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
