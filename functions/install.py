@@ -17,9 +17,11 @@ Otherwise, in this order:
    message naming the owner, and nothing of theirs is touched;
 4. namespace ``vcluster-{tenantName}`` is created with the owner labels and the Pod Security
    labels (``shared.isolation``; made by this very Tenant before ownership labels existed, it is
-   given them once; a Pod Security label removed or changed since is put back), and in it the
-   Roles and RoleBindings that let check-ready, store-kubeconfig and cleanup read the Secrets
-   they need there, and only there (``shared.access``), before anything that needs them runs;
+   given them once; a Pod Security label removed or changed since is put back), and in it,
+   first, install's own RoleBinding (its helm and chart rights: it holds none cluster-wide), then
+   the Roles and RoleBindings that let check-ready, store-kubeconfig, cleanup and resync read
+   what they need there, and only there (``shared.access``), before anything that needs them
+   runs: nothing before this step reads a Secret (or anything else) in the namespace;
 5. helm's history of the release is checked (``claims.check_history``): a Secret that carries
    the release's labels but is not a record helm wrote fails the Tenant with reason
    ``ReleaseTampered`` (a Warning Event naming the Secret, its type and labels), and no helm

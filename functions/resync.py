@@ -18,6 +18,7 @@ Ready, its release gone (no vCluster StatefulSet), or     phase Pending, then ``
 one of the chart's namespace policies gone                (helm's upgrade makes it again)
 Ready, the kubeconfig Secret missing or not vcluster's    ``io.kubeopera.tenant.ready``
 Ready, ``CallbackDelivered=False``                        ``io.kubeopera.tenant.kubeconfig.stored``
+Ready, its reads in the Tenant's namespace refused (403)  ``io.kubeopera.tenant.install``
 being deleted, cleanup never started or stalled           ``io.kubeopera.tenant.cleanup``
 Failed (waiting for a person), or Ready with no drift     nothing
 ========================================================  =========================================
@@ -26,9 +27,13 @@ The decision (``decide``) is pure. A pass over settled Tenants writes nothing an
 it reads the StatefulSet and the two Secrets of each Ready Tenant, ``OBSERVERS`` Tenants at a
 time (a pass is bound by the API server's latency, not by CPU: ``bench resync``), and lists the
 chart's namespace policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.isolation``)
-across the fleet in three calls. A Tenant being worked on at that moment may get a duplicate
-event, which the steps' idempotence and resourceVersion guards make harmless. A failure to send
-is temporary: the tick is re-delivered and the pass runs again.
+across the fleet in three calls. resync reads in a Tenant's namespace only what install grants it
+there (``shared.access``: the StatefulSet and vcluster's Secret, by name); a Tenant made before
+that grant existed has none, and its reads are refused: resync sends it to install, which makes
+it (and changes nothing else of a settled Tenant), and looks again on the next tick. A Tenant
+being worked on at that moment may get a duplicate event, which the steps' idempotence and
+resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered
+and the pass runs again.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from flask import Flask
 
 from functions.cleanup import gave_up
 from shared import events, logs, metrics
-from shared.errors import ProvisionTimeout
+from shared.errors import Forbidden, ProvisionTimeout
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Kube
@@ -84,6 +89,7 @@ class Drift:
     release_present: bool  # the vCluster StatefulSet exists
     kubeconfig_current: bool  # the stored kubeconfig exists and is what vcluster wrote
     policies_missing: tuple[str, ...] = ()  # the chart's namespace policies that are gone
+    granted: bool = True  # False: the reads in the Tenant's namespace were refused (the rest unknown)
 
     def reinstall_reason(self, tenant: Tenant) -> str:
         names = tenant.spec.names
@@ -116,6 +122,8 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
             return Redrive.TIMEOUT
         return Redrive.CHECK if idle > settings.ready_poll_seconds else None
     if status.phase == Phase.READY and drift is not None:
+        if not drift.granted:
+            return Redrive.INSTALL  # install grants resync its reads there (access.grant_if_ours)
         if not drift.release_present or drift.policies_missing:
             return Redrive.REINSTALL
         if not drift.kubeconfig_current:
@@ -153,9 +161,14 @@ def observe(kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[
     """The Tenant's vCluster as it is: three reads, and ``policies`` (every namespace's, listed
     once a pass) for what the chart rendered in its namespace."""
     names = tenant.spec.names
-    present = kube.get_rollout(names.namespace, names.release) is not None
+    try:  # through the Role install makes in the namespace (shared.access)
+        present = kube.get_rollout(names.namespace, names.release) is not None
+        written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    except Forbidden as err:
+        refused = {"tenant": tenant.key, "error": str(err)}
+        log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
+        return Drift(release_present=True, kubeconfig_current=True, granted=False)
     stored = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
-    written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in policies)
     return Drift(release_present=present, kubeconfig_current=current, policies_missing=missing)

@@ -1,25 +1,38 @@
-"""The other functions' access to Secrets in a Tenant's namespace: granted there by install;
-and the namespace's own labels that install keeps true (``keep_labels``: its Pod Security labels,
-``shared.isolation``), checked on the same reads.
+"""The functions' access in a Tenant's namespace, install's own included: granted there by
+install; and the namespace's own labels that install keeps true (``keep_labels``: its Pod
+Security labels, ``shared.isolation``), checked on the same reads.
 
-install holds cluster-wide rules on Secrets (helm's release records and the chart's Secret;
-policy/tenant-install-scope.yaml confines its writes to vcluster-*). check-ready,
-store-kubeconfig and cleanup hold none: they read Secrets only in ``vcluster-{tenantName}``, which
-exists only once install made it, and where the Tenants live (their Roles in kubeopera-system).
-So install, each time it makes or finds that namespace, ensures there:
+No function holds a Secret rule cluster-wide. Each reads Secrets only in ``vcluster-{tenantName}``,
+which exists only once install made it, and where the Tenants live (their Roles in
+kubeopera-system). install itself holds cluster-wide only what cannot wait for the namespace:
+namespaces, RoleBindings, and ``bind`` on exactly the ClusterRoles named here
+(``deploy/base/rbac/tenant-install.yaml``). So install, each time it makes or finds that
+namespace, ensures there, in this order:
 
+- RoleBinding ``kubeopera-tenants:tenant-install`` to ClusterRole
+  ``kubeopera-tenants:tenant-install:vcluster-namespace``: its own rights there, everything helm and
+  the chart need in the release namespace (Secrets, ConfigMaps, ..., the chart's Role's rules),
+  first, since what follows needs it in force (``await_in_force``);
+- Role and RoleBinding ``kubeopera-tenants:tenant-store-kubeconfig``: get Secret ``vc-<release>``,
+  by name, and nothing else;
+- Role and RoleBinding ``kubeopera-tenants:tenant-resync``: get Secret ``vc-<release>`` and
+  StatefulSet ``<release>``, by name, and nothing else;
 - RoleBinding ``kubeopera-tenants:tenant-check-ready`` to ClusterRole
   ``kubeopera-tenants:tenant-check-ready:vcluster-namespace``: get, list Secrets (helm's release
   record, listed by its labels, ``shared.release``; vcluster's ``vc-<release>``);
-- Role and RoleBinding ``kubeopera-tenants:tenant-store-kubeconfig``: get Secret ``vc-<release>``,
-  by name, and nothing else;
 - RoleBinding ``kubeopera-tenants:tenant-cleanup`` to ClusterRole
   ``kubeopera-tenants:tenant-cleanup:vcluster-namespace``: get, list, update, delete Secrets
   (``helm uninstall``: the release's records, the chart's Secret).
 
-The ClusterRoles are in ``deploy/base/rbac/`` (``NAMESPACE_RULES`` is what they must hold, checked
-by ``tests/deploy/test_namespace_access.py``). RBAC's escalation check lets install make these
-because it holds every rule it grants (its own Secret rules), so it needs no ``bind``.
+The ClusterRoles are in ``deploy/base/rbac/`` (``BOUND`` names them, ``NAMESPACE_RULES`` is what
+check-ready's and cleanup's must hold; ``tests/deploy/test_namespace_access.py`` checks both).
+RBAC lets install bind them because it has ``bind`` on these names alone. A Role is another
+matter: RBAC's escalation check lets install make (or change) one, or bind one, only when it
+holds every rule the Role grants in that namespace, which it does through its own binding there
+once that is in force: a RoleBinding counts once the API server's RBAC cache has it. So before it
+writes a Role or a binding after its own, install waits (briefly) until the API server says it
+holds its rights there (a SelfSubjectAccessReview, ``Kube.allowed``); not in force within
+``IN_FORCE_SECONDS`` is temporary.
 
 The objects carry the namespace's labels (the owner's uid, namespace and name, ``shared.ownership``)
 and ``app.kubernetes.io/*`` naming the function. They have no ownerReferences: the Tenant lives in
@@ -30,18 +43,21 @@ Each is read first and written only when missing or different, so a second run w
 A process remembers for ``RECHECK_SECONDS`` which Tenants' grants it has just ensured, and
 ``grant_if_ours`` does not read them again in that time: in a burst the ApiServerSource brings
 each Tenant's own status writes back to install several times, and each would otherwise read the
-namespace, the Role and three RoleBindings. A grant changed by hand is therefore put back by the
-first delivery after that window (or at once by a full install run, which always checks).
+namespace, the two Roles and five RoleBindings. A grant changed by hand is therefore put back by
+the first delivery after that window (or at once by a full install run, which always checks). A
+Tenant made before a grant existed gets it the same way, on its next install delivery (resync
+sends one when its own reads there are refused, ``functions.resync``).
 A read in the namespace that the API server refuses (403) while the grant is not in force yet is
 temporary (``granted_at_run_time``); see the note on 403 in ``shared.kube``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -53,15 +69,24 @@ from shared.tenant import Tenant
 
 log = logging.getLogger(__name__)
 
+INSTALL = "tenant-install"
 CHECK_READY = "tenant-check-ready"
 STORE_KUBECONFIG = "tenant-store-kubeconfig"
 CLEANUP = "tenant-cleanup"
+RESYNC = "tenant-resync"
 PREFIX = "kubeopera-tenants:"
 # How long a function waits before asking again when its access is not in force yet.
 ACCESS_RETRY_SECONDS = 5
+# How long install waits, within one delivery, for its own binding in a namespace to be in force.
+IN_FORCE_SECONDS = 5.0
 
-# What each function may do in every Tenant's namespace, held by a ClusterRole of deploy/base/rbac
-# that install binds there. store-kubeconfig's one Secret has a name, so it gets a Role instead.
+# The functions whose ClusterRole ``cluster_role(service)`` install binds in every Tenant's
+# namespace, its own first; install's ``bind`` (deploy/base/rbac/tenant-install.yaml) names
+# exactly these ClusterRoles.
+BOUND: tuple[str, ...] = (INSTALL, CHECK_READY, CLEANUP)
+
+# What check-ready and cleanup may do in every Tenant's namespace: their ClusterRoles there.
+# (install's own holds what helm and the chart need, deploy/base/rbac/tenant-install.yaml.)
 NAMESPACE_RULES: Mapping[str, tuple[Rule, ...]] = {
     CHECK_READY: (Rule(("",), ("secrets",), ("get", "list")),),
     CLEANUP: (Rule(("",), ("secrets",), ("get", "list", "update", "delete")),),
@@ -74,12 +99,31 @@ def cluster_role(service: str) -> str:
 
 
 def store_kubeconfig_rules(tenant: Tenant) -> tuple[Rule, ...]:
+    """store-kubeconfig copies vcluster's kubeconfig Secret, that one by name."""
     return (Rule(("",), ("secrets",), ("get",), (tenant.spec.names.vcluster_secret,)),)
+
+
+def resync_rules(tenant: Tenant) -> tuple[Rule, ...]:
+    """resync compares vcluster's kubeconfig Secret with the stored copy and asks whether the
+    vCluster's StatefulSet is there: those two by name (``functions.resync.observe``)."""
+    names = tenant.spec.names
+    return (
+        Rule(("",), ("secrets",), ("get",), (names.vcluster_secret,)),
+        Rule(("apps",), ("statefulsets",), ("get",), (names.release,)),
+    )
+
+
+# The functions that get a Role of their own in every Tenant's namespace: what they read there
+# has a name, known only per Tenant.
+ROLE_RULES: Mapping[str, Callable[[Tenant], tuple[Rule, ...]]] = {
+    STORE_KUBECONFIG: store_kubeconfig_rules,
+    RESYNC: resync_rules,
+}
 
 
 @dataclass(frozen=True)
 class Grants:
-    """Everything install makes in one Tenant's namespace."""
+    """Everything install makes in one Tenant's namespace; ``bindings[0]`` is install's own."""
 
     roles: tuple[Role, ...]
     bindings: tuple[RoleBinding, ...]
@@ -100,13 +144,12 @@ def namespace_grants(tenant: Tenant, service_namespace: str) -> Grants:
     def binding(service: str, ref: RoleRef) -> RoleBinding:
         return RoleBinding(namespace, PREFIX + service, ref, (Subject(service, service_namespace),), labels(service))
 
-    store = Role(namespace, PREFIX + STORE_KUBECONFIG, store_kubeconfig_rules(tenant), labels(STORE_KUBECONFIG))
+    roles = tuple(Role(namespace, PREFIX + s, rules(tenant), labels(s)) for s, rules in ROLE_RULES.items())
     return Grants(
-        roles=(store,),
+        roles=roles,
         bindings=(
-            binding(CHECK_READY, RoleRef("ClusterRole", cluster_role(CHECK_READY))),
-            binding(STORE_KUBECONFIG, RoleRef("Role", store.name)),
-            binding(CLEANUP, RoleRef("ClusterRole", cluster_role(CLEANUP))),
+            *(binding(service, RoleRef("ClusterRole", cluster_role(service))) for service in BOUND),
+            *(binding(role.name.removeprefix(PREFIX), RoleRef("Role", role.name)) for role in roles),
         ),
     )
 
@@ -140,14 +183,38 @@ def _remember(tenant: Tenant) -> None:
 
 def grant(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
     """Make the namespace's Roles and RoleBindings what ``namespace_grants`` says (the namespace
-    must be this Tenant's: the caller has judged it). Returns how many writes it took."""
+    must be this Tenant's: the caller has judged it). install's own binding comes first; every
+    write after it waits for that binding to be in force (``await_in_force``, asked at most once).
+    Returns how many writes it took."""
+    namespace = tenant.spec.names.namespace
     wanted = namespace_grants(tenant, service_namespace)
-    writes = sum(_ensure_role(kube, role) for role in wanted.roles)
-    writes += sum(_ensure_binding(kube, binding) for binding in wanted.bindings)
+    own, *others = wanted.bindings
+    in_force = functools.cache(lambda: await_in_force(kube, namespace))
+    writes = _ensure_binding(kube, own, lambda: None)
     if writes:
-        log.info("functions' access granted in the namespace", extra={"namespace": tenant.spec.names.namespace})
+        in_force()
+    writes += sum(_ensure_role(kube, role, in_force) for role in wanted.roles)
+    writes += sum(_ensure_binding(kube, binding, in_force) for binding in others)
+    if writes:
+        log.info("functions' access granted in the namespace", extra={"namespace": namespace})
     _remember(tenant)
     return writes
+
+
+def await_in_force(kube: Kube, namespace: str) -> None:
+    """Return once the API server says install holds its rights in ``namespace`` (its own
+    binding there is in the API server's RBAC cache: RBAC's escalation check then lets it make
+    the Roles); a ``TemporaryError`` after ``IN_FORCE_SECONDS``."""
+    deadline = time.monotonic() + IN_FORCE_SECONDS
+    pause = 0.05
+    while not kube.allowed(namespace, "get", "", "secrets"):
+        if time.monotonic() >= deadline:
+            raise TemporaryError(
+                f"install's access in {namespace} is not in force {IN_FORCE_SECONDS:.0f}s after it was granted",
+                retry_after=ACCESS_RETRY_SECONDS,
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str, labels: Mapping[str, str] | None = None) -> int:
@@ -178,20 +245,24 @@ def keep_labels(kube: Kube, namespace: str, current: Mapping[str, str], wanted: 
     return 1
 
 
-def _ensure_role(kube: Kube, want: Role) -> int:
+def _ensure_role(kube: Kube, want: Role, before_write: Callable[[], None]) -> int:
     found = kube.get_role(want.namespace, want.name)
+    if found is not None and found == want and has_labels(found.labels, want.labels):
+        return 0
+    before_write()
     if found is None:
         if not kube.create_role(want):
             raise Conflict(f"role {want.namespace}/{want.name} was made by another delivery meanwhile")
         return 1
-    if found == want and has_labels(found.labels, want.labels):
-        return 0
     kube.patch_role(want, found.resource_version)
     return 1
 
 
-def _ensure_binding(kube: Kube, want: RoleBinding) -> int:
+def _ensure_binding(kube: Kube, want: RoleBinding, before_write: Callable[[], None]) -> int:
     found = kube.get_role_binding(want.namespace, want.name)
+    if found is not None and found == want and has_labels(found.labels, want.labels):
+        return 0
+    before_write()
     writes = 0
     if found is not None and found.role_ref != want.role_ref:  # immutable: made again
         kube.delete_role_binding(want.namespace, want.name, found.resource_version)
@@ -200,8 +271,6 @@ def _ensure_binding(kube: Kube, want: RoleBinding) -> int:
         if not kube.create_role_binding(want):
             raise Conflict(f"rolebinding {want.namespace}/{want.name} was made by another delivery meanwhile")
         return writes + 1
-    if found == want and has_labels(found.labels, want.labels):
-        return 0
     kube.patch_role_binding(want, found.resource_version)
     return 1
 

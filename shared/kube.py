@@ -166,6 +166,7 @@ class Kube:
         self._apps: Any = k8s.AppsV1Api(api_client)
         self._authentication: Any = k8s.AuthenticationV1Api(api_client)
         self._rbac: Any = k8s.RbacAuthorizationV1Api(api_client)
+        self._authorization: Any = k8s.AuthorizationV1Api(api_client)
         self._networking: Any = k8s.NetworkingV1Api(api_client)
 
     @classmethod
@@ -548,6 +549,18 @@ class Kube:
             f"delete rolebinding {namespace}/{name}",
             lambda: self._rbac.delete_namespaced_role_binding(name, namespace, body=options),
         )
+
+    def allowed(self, namespace: str, verb: str, group: str, resource: str) -> bool:
+        """Does the API server let this client ``verb`` ``resource`` in ``namespace`` now (a
+        SelfSubjectAccessReview, which every authenticated user may make)? RBAC's answer from
+        the same cache its escalation check reads: a RoleBinding just made is in it or not yet."""
+        attributes = k8s.V1ResourceAttributes(namespace=namespace, verb=verb, group=group, resource=resource)
+        body = k8s.V1SelfSubjectAccessReview(spec=k8s.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes))
+        review = _call(
+            f"create selfsubjectaccessreview {verb} {resource} in {namespace}",
+            lambda: self._authorization.create_self_subject_access_review(body),
+        )
+        return bool(review.status is not None and review.status.allowed)
 
     # Sender identity ----------------------------------------------------------------------
 

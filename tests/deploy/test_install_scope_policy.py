@@ -1,7 +1,9 @@
 """deploy/base/policy/tenant-install-scope.yaml really narrows what tenant-install may write, on
-the test bed's real kube-apiserver: RBAC alone would let it write anywhere (its helm rules are
-cluster-wide), the admission policy keeps it to vcluster-* namespaces and to Tenants and Events
-in kubeopera-system.
+the test bed's real kube-apiserver: RBAC alone would let it make RoleBindings anywhere, binding
+its own per-namespace ClusterRole (helm's and the chart's rules, Secrets included) with `bind`;
+the admission policy keeps it to vcluster-* namespaces and to Tenants and Events in
+kubeopera-system. Its helm rules are not cluster-wide: outside a namespace where it bound them it
+cannot even write a ConfigMap.
 
 Requests are made as the ServiceAccount by impersonation. Everything this test creates that
 did not exist before is deleted afterwards, so the rest of the session (the end-to-end tests
@@ -29,6 +31,7 @@ POLICY = DEPLOY / "base" / "policy" / "tenant-install-scope.yaml"
 NAMESPACE = DEFAULT_TENANT_NAMESPACE
 IMPERSONATE = impersonating("tenant-install")
 DENIED = "tenant-install may only change vcluster-* namespaces"
+OWN_CLUSTER_ROLE = "kubeopera-tenants:tenant-install:vcluster-namespace"
 
 
 run = kubectl_run
@@ -36,6 +39,19 @@ run = kubectl_run
 
 def configmap(name: str, namespace: str) -> str:
     return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}})
+
+
+def own_binding(name: str, namespace: str) -> str:
+    """A RoleBinding of install's per-namespace ClusterRole to install, as shared/access.py makes it."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": OWN_CLUSTER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": "tenant-install", "namespace": NAMESPACE}],
+        }
+    )
 
 
 @pytest.fixture
@@ -86,38 +102,53 @@ def test_policy_keeps_install_inside_its_namespaces(
     kubectl: Path, kube_admin_kubeconfig: Path, policy_in_force: str
 ) -> None:
     other = f"scope-{secrets.token_hex(3)}"
-    # RBAC alone lets tenant-install write ConfigMaps anywhere, kubeopera-system included ...
+    # Its helm rules are per namespace: RBAC itself refuses a ConfigMap (or a Secret read) elsewhere ...
     for namespace in ("default", NAMESPACE):
-        can = as_install(kubectl, kube_admin_kubeconfig, "auth", "can-i", "create", "configmaps", "-n", namespace)
+        for verb, resource in (("create", "configmaps"), ("get", "secrets")):
+            can = as_install(kubectl, kube_admin_kubeconfig, "auth", "can-i", verb, resource, "-n", namespace)
+            assert can.stdout.strip() == "no", f"{verb} {resource} in {namespace}: {can.stdout}{can.stderr}"
+    # ... but RBAC alone lets tenant-install make RoleBindings anywhere, kubeopera-system included,
+    # and with `bind` one of its per-namespace ClusterRole, which would give it those rules there ...
+    for namespace in ("default", NAMESPACE):
+        can = as_install(kubectl, kube_admin_kubeconfig, "auth", "can-i", "create", "rolebindings", "-n", namespace)
         assert can.stdout.strip() == "yes", can.stdout + can.stderr
     # ... the policy says no. It takes effect within a moment of being created.
     deadline = time.monotonic() + 30
     while True:
         denied = as_install(
-            kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=configmap(f"probe-{other}", "default")
+            kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=own_binding(f"probe-{other}", "default")
         )
         if denied.returncode != 0 or time.monotonic() > deadline:
             break
-        run(kubectl, kube_admin_kubeconfig, "delete", "configmap", f"probe-{other}", "-n", "default")
+        run(kubectl, kube_admin_kubeconfig, "delete", "rolebinding", f"probe-{other}", "-n", "default")
         time.sleep(0.5)
     assert denied.returncode != 0 and DENIED in denied.stderr, denied.stdout + denied.stderr
     in_system = as_install(
-        kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=configmap(f"probe-{other}", NAMESPACE)
+        kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=own_binding(f"probe-{other}", NAMESPACE)
     )
     assert in_system.returncode != 0 and DENIED in in_system.stderr, in_system.stderr
     outside = as_install(kubectl, kube_admin_kubeconfig, "create", "namespace", other)
     assert outside.returncode != 0 and DENIED in outside.stderr, outside.stderr
 
-    # What install does is allowed: its namespace, the chart's objects in it, Events at home.
+    # What install does is allowed: its namespace, its own binding there, then the chart's objects
+    # in it (once that binding is in force), Events at home.
     ns = as_install(kubectl, kube_admin_kubeconfig, "create", "namespace", policy_in_force)
     assert ns.returncode == 0, ns.stderr
     label = as_install(
         kubectl, kube_admin_kubeconfig, "label", "namespace", policy_in_force, "kubeopera.io/managed-by=test"
     )
     assert label.returncode == 0, label.stderr
-    inside = as_install(
-        kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=configmap("chart-object", policy_in_force)
-    )
+    own = own_binding("kubeopera-tenants:tenant-install", policy_in_force)
+    bound = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=own)
+    assert bound.returncode == 0, bound.stderr
+    deadline = time.monotonic() + 30
+    while True:
+        inside = as_install(
+            kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=configmap("chart-object", policy_in_force)
+        )
+        if inside.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # a RoleBinding counts once the API server's RBAC cache has it
     assert inside.returncode == 0, inside.stderr
     event = {
         "apiVersion": "v1",
@@ -131,3 +162,4 @@ def test_policy_keeps_install_inside_its_namespaces(
     recorded = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(event))
     assert recorded.returncode == 0, recorded.stderr
     run(kubectl, kube_admin_kubeconfig, "delete", "event", f"probe-{other}", "-n", NAMESPACE)
+    run(kubectl, kube_admin_kubeconfig, "delete", "namespace", policy_in_force, "--wait=false")

@@ -306,13 +306,16 @@ def test_rbac_file_is_one_identity(name: str) -> None:
             assert binding["roleRef"]["kind"] == "Role", "a RoleBinding here binds this file's Role"
     # The file's ClusterRole for Tenant namespaces is bound in each of them by tenant-install, at
     # run time (shared/access.py; tests/deploy/test_namespace_access.py), never here.
-    at_run_time = {("ClusterRole", access.cluster_role(name))} if name in access.NAMESPACE_RULES else set()
+    at_run_time = {("ClusterRole", access.cluster_role(name))} if name in access.BOUND else set()
     assert not bound & at_run_time
     assert bound | at_run_time == roles, "every Role of the file is bound to its ServiceAccount, and only those"
     for role in (d for d in docs if d["kind"] in ("Role", "ClusterRole")):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
-            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+            assert not {"escalate", "impersonate"} & set(rule["verbs"])
+            if "bind" in rule["verbs"]:  # install's, on exactly the ClusterRoles it binds per Tenant namespace
+                assert name == "tenant-install" and rule["resources"] == ["clusterroles"], rule
+                assert rule["resourceNames"] == [access.cluster_role(s) for s in access.BOUND]
 
 
 def _rules(path: Path) -> list[tuple[str, str, dict[str, Any]]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any, TypeVar
@@ -136,6 +137,35 @@ def tenant_events(pipeline: Stack, name: str) -> list[dict[str, Any]]:
         )
     )
     return sorted(listed["items"], key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+
+@contextmanager
+def previous_install_rights(pipeline: Stack, namespace: str) -> Iterator[None]:
+    """install's helm and chart rights in ``namespace`` as the version before per-namespace
+    bindings held them (cluster-wide): a RoleBinding of its per-namespace ClusterRole, made as
+    admin under another name than install's own, in force before this yields, deleted after."""
+    name = "previous-version-install"
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "kubeopera-tenants:tenant-install:vcluster-namespace",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant-install", "namespace": TENANT_NAMESPACE}],
+    }
+    pipeline.kubectl("apply", "-f", "-", input=json.dumps(binding))
+    install = pipeline.function_kubeconfigs["tenant-install"]
+    deadline = time.monotonic() + 30
+    while kubectl_as(pipeline, install, "auth", "can-i", "list", "secrets", "-n", namespace).stdout.strip() != "yes":
+        assert time.monotonic() < deadline, f"install's stand-in binding in {namespace} not in force"
+        time.sleep(0.2)
+    try:
+        yield
+    finally:
+        pipeline.kubectl("delete", "rolebinding", name, "-n", namespace, "--ignore-not-found")
 
 
 def legacy_namespace(pipeline: Stack, tenant: str, cloud_space_id: str) -> None:

@@ -37,6 +37,7 @@ from .support import (
     kubectl_as,
     legacy_namespace,
     phase_of,
+    previous_install_rights,
     ready_and_announced,
     tenant_events,
     tenant_yaml,
@@ -465,19 +466,20 @@ def test_a_tenant_made_by_the_previous_version_is_adopted_once(pipeline: Stack, 
     }
     values_file = pipeline.run_dir / "kim-old-values.yaml"
     values_file.write_text(yaml.safe_dump(old_values))
-    helm(
-        pipeline,
-        "install",
-        "vc-kim",
-        pipeline.chart_ref,
-        "--version",
-        "0.21.2",
-        "-n",
-        "vcluster-kim",
-        "-f",
-        str(values_file),
-        identity="tenant-install",  # as the previous version's install did: no one else may write helm's records
-    )
+    with previous_install_rights(pipeline, "vcluster-kim"):  # which this version's install binds itself
+        helm(
+            pipeline,
+            "install",
+            "vc-kim",
+            pipeline.chart_ref,
+            "--version",
+            "0.21.2",
+            "-n",
+            "vcluster-kim",
+            "-f",
+            str(values_file),
+            identity="tenant-install",  # as the previous version's install did: no one else may write helm's records
+        )
     stored = f"tenant-{CS_KIM}-kubeconfig"
     pipeline.kubectl("create", "secret", "generic", stored, "-n", TENANT_NAMESPACE, "--from-literal=kubeconfig=old")
     pipeline.kubectl(
@@ -633,14 +635,15 @@ def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
 
 
 def test_secrets_are_read_only_in_tenant_namespaces_and_never_refused_there(pipeline: Stack) -> None:
-    """From the audit log of the whole module: check-ready, store-kubeconfig and cleanup touched
-    Secrets only in vcluster-* namespaces (through what install granted there) and in
-    kubeopera-system; in vcluster-* store-kubeconfig read vcluster's vc-<release> and nothing
-    else; and check-ready and store-kubeconfig were never refused there, because install makes
-    the grants before it installs the release, so before either is asked."""
+    """From the audit log of the whole module: install, check-ready, store-kubeconfig and cleanup
+    touched Secrets only in vcluster-* namespaces (through what install granted there, itself
+    included) and in kubeopera-system; in vcluster-* store-kubeconfig read vcluster's
+    vc-<release> and nothing else; and install, check-ready and store-kubeconfig were never
+    refused there, because install binds its own rights first and waits until they are in force,
+    and makes the others' grants before it installs the release, so before either is asked."""
     assert pipeline.control_plane is not None
     entries = [json.loads(line) for line in pipeline.control_plane.audit_log.read_text().splitlines()]
-    for service in ("tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup"):
+    for service in ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup"):
         user = f"system:serviceaccount:{TENANT_NAMESPACE}:{service}"
         uses = [
             (e["objectRef"], e["verb"], e.get("responseStatus", {}).get("code"))

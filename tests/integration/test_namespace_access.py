@@ -1,17 +1,24 @@
 """Secrets are readable only where install granted it, on the test bed's real kube-apiserver.
 
-``deploy/base/rbac`` and ``deploy/base/policy`` are applied as shipped, with the Tenant CRD. The
-real ``install`` step runs as ``system:serviceaccount:kubeopera-system:tenant-install`` (a token
-from the TokenRequest API) with the real helm CLI and the test bed's chart: it makes the Tenant's
-namespace, grants the other functions their access there (``shared.access``; RBAC's escalation
-check and the install-scope policy both let it) and installs the release. Then, each with a
-token of its own ServiceAccount:
+``deploy/base/rbac``, ``deploy/base/policy`` and the ApiServerSource's RBAC are applied as
+shipped, with the Tenant CRD. The real ``install`` step runs as
+``system:serviceaccount:kubeopera-system:tenant-install`` (a token from the TokenRequest API)
+with the real helm CLI and the test bed's chart: it makes the Tenant's namespace, binds its own
+rights there and grants the other functions theirs (``shared.access``; `bind`, RBAC's escalation
+check and the install-scope policy all let it) and installs the release. Then, each with a token
+of its own ServiceAccount:
+
+- every ServiceAccount of kubeopera-system (``kubectl auth can-i`` with its token) may get and
+  list Secrets in none of ``kube-system``, ``default``, an application's namespace and a
+  ``vcluster-*`` namespace no Tenant owns; in the Tenant's namespace install may (the control:
+  the same question can say yes), and resync may get ``vc-<release>`` and nothing else;
 
 - store-kubeconfig reads ``vc-<release>`` and stores the kubeconfig (its real ``handle``), and is
   refused (403) every other Secret: another Secret of that namespace, one in ``kube-system``, one
   in a namespace that is not a Tenant's, the vCluster Secret of a namespace install never
   granted; a list in its own Tenant's namespace too;
 - check-ready's read of helm's release record and of ``vc-<release>`` work there, and nowhere else;
+- resync reads the StatefulSet and ``vc-<release>`` there (its real ``observe``);
 - cleanup uninstalls the release and deletes the namespace; the grants go with it, so a
   namespace of the same name made again by hand grants nothing.
 
@@ -32,7 +39,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from functions import install, store_kubeconfig
+from functions import install, resync, store_kubeconfig
 from shared import access
 from shared.errors import Forbidden, TemporaryError
 from shared.helm import Helm
@@ -53,10 +60,14 @@ NAMESPACE = DEFAULT_TENANT_NAMESPACE
 MANIFESTS = [
     REPO / "deploy" / "crd" / "tenants.yaml",
     REPO / "deploy" / "base" / "namespace.yaml",
-    *sorted((REPO / "deploy" / "base" / "rbac").glob("tenant-*.yaml")),
+    *sorted((REPO / "deploy" / "base" / "rbac").glob("*.yaml")),
     *sorted((REPO / "deploy" / "base" / "policy").glob("*.yaml")),
+    REPO / "eventing" / "apiserversource-rbac.yaml",
 ]
-FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup")
+FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup", "tenant-resync")
+# Where no identity of kubeopera-system may read a Secret: the cluster's own, the default, an
+# application's (made here), and a vcluster-* namespace that no Tenant owns (made here by hand).
+ELSEWHERE = ("kube-system", "default")
 CONFIG = b"apiVersion: v1\nkind: Config\nclusters: []\n"
 T = TypeVar("T")
 
@@ -118,6 +129,22 @@ def clients(identities: dict[str, Path]) -> Iterator[dict[str, Kube]]:
         kube.close()
 
 
+def all_identities(control_plane: ControlPlane, folder: Path) -> dict[str, Path]:
+    """A kubeconfig with a token of each ServiceAccount in kubeopera-system, whatever made it."""
+    names = kubectl(control_plane, "get", "serviceaccounts", "-n", NAMESPACE, "-o", "name").stdout.split()
+    accounts = sorted(name.removeprefix("serviceaccount/") for name in names)
+    assert set(FUNCTIONS) | {"tenant-source"} <= set(accounts), accounts
+    return {
+        name: kubeconfig_for_token(
+            control_plane,
+            request_token(control_plane, NAMESPACE, name, duration="1h"),
+            folder / f"sweep-{name}.kubeconfig",
+            user=f"system:serviceaccount:{NAMESPACE}:{name}",
+        )
+        for name in accounts
+    }
+
+
 @pytest.fixture
 def admin(kube_admin_kubeconfig: Path) -> Iterator[k8s.CoreV1Api]:
     api = k8s_config.new_client_from_config(config_file=str(kube_admin_kubeconfig))
@@ -138,6 +165,13 @@ def secret(core: k8s.CoreV1Api, namespace: str, name: str, data: bytes = b"not y
 def namespace(core: k8s.CoreV1Api, name: str) -> str:
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
     return name
+
+
+def can_i(cp: ControlPlane, kubeconfig: Path, verb: str, what: str, namespace: str) -> bool:
+    """``kubectl auth can-i`` as the identity of ``kubeconfig`` (a SelfSubjectAccessReview)."""
+    answer = kubectl(cp, "auth", "can-i", verb, what, "-n", namespace, kubeconfig=kubeconfig, check=False)
+    assert answer.stdout.strip() in ("yes", "no"), answer.stdout + answer.stderr
+    return answer.stdout.strip() == "yes"
 
 
 def refused(read: Callable[[], object]) -> str:
@@ -178,6 +212,7 @@ def test_secrets_are_readable_only_where_install_granted_it(
     settings = Settings(chart_ref=chart_ref, chart_version=CHART_VERSION, tenant_namespace=NAMESPACE)
     elsewhere = namespace(admin, f"not-a-tenant-{secrets.token_hex(3)}")
     ungranted = namespace(admin, f"vcluster-by-hand-{secrets.token_hex(3)}")
+    shop = namespace(admin, f"shop-{secrets.token_hex(3)}")
     try:
         # install, as tenant-install: namespace, grants, release
         helm_install = helm_as(toolchain, chart_ref, identities["tenant-install"], tmp_path / "charts")
@@ -192,6 +227,25 @@ def test_secrets_are_readable_only_where_install_granted_it(
             found = admin_kube.get_role_binding(binding.namespace, binding.name)
             assert found == binding and found is not None and found.labels == binding.labels
         assert access.grant(clients["tenant-install"], tenant, NAMESPACE) == 0, "a second run writes nothing"
+
+        # Secrets: install may read them in its Tenant's namespace (the control: can-i can say yes),
+        # resync one by name; no identity of kubeopera-system anywhere else
+        sweep = identities | all_identities(control_plane, tmp_path)
+        for verb in ("get", "list"):
+            assert can_i(control_plane, identities["tenant-install"], verb, "secrets", names.namespace), verb
+        resync_id = identities["tenant-resync"]
+        assert can_i(control_plane, resync_id, "get", f"secret/{names.vcluster_secret}", names.namespace)
+        assert can_i(control_plane, resync_id, "get", f"statefulset.apps/{names.release}", names.namespace)
+        assert not can_i(control_plane, resync_id, "get", "secret/something-else", names.namespace)
+        assert not can_i(control_plane, resync_id, "list", "secrets", names.namespace)
+        yes = [
+            (who, verb, where)
+            for who, kubeconfig in sorted(sweep.items())
+            for where in (*ELSEWHERE, shop, ungranted)
+            for verb in ("get", "list")
+            if can_i(control_plane, kubeconfig, verb, "secrets", where)
+        ]
+        assert yes == [], "identities of kubeopera-system that may read Secrets outside their Tenants' namespaces"
 
         # isolation (README, "Tenant isolation"): helm made the chart's namespace policies under
         # install's RBAC, and the Pod Security labels install wrote come back when changed by hand
@@ -245,6 +299,16 @@ def test_secrets_are_readable_only_where_install_granted_it(
         with pytest.raises(TemporaryError), access.granted_at_run_time(ungranted):
             store.get_secret(ungranted, "anything")
 
+        # resync: the StatefulSet and vcluster's Secret there, through the Role install made
+        resync_kube = clients["tenant-resync"]
+        policies = resync_kube.list_policy_objects()  # fleet-wide, as a pass lists them
+        seen = resync.observe(resync_kube, settings, tenant, policies)
+        assert seen.granted and seen.kubeconfig_current and seen.policies_missing == ()
+        sts = k8s.AppsV1Api(admin.api_client).list_namespaced_stateful_set(names.namespace).items
+        assert seen.release_present == any(s.metadata.name == names.release for s in sts)
+        refused(lambda: clients["tenant-resync"].get_secret(names.namespace, "something-else"))
+        refused(lambda: clients["tenant-resync"].get_secret(elsewhere, "probe"))
+
         # check-ready: helm's release record and vcluster's Secret in the Tenant's namespace, nowhere else
         check = clients["tenant-check-ready"]
         check_records = ReleaseRecords(check)
@@ -273,7 +337,7 @@ def test_secrets_are_readable_only_where_install_granted_it(
         assert admin_kube.get_role_binding(names.namespace, wanted.bindings[1].name) is None
         refused(lambda: store.get_secret(names.namespace, names.vcluster_secret))
     finally:
-        for name in (elsewhere, ungranted, names.namespace):
+        for name in (elsewhere, ungranted, shop, names.namespace):
             kubectl(control_plane, "delete", "namespace", name, "--ignore-not-found", "--wait=false", check=False)
         kubectl(control_plane, "delete", "secret", f"probe-{tenant_name}", "-n", "kube-system", check=False)
         kubectl(control_plane, "delete", "secret", names.kubeconfig_secret, "-n", NAMESPACE, check=False)

@@ -388,6 +388,11 @@ class FakeKube:
         _tally(self.calls, "get_role_binding")
         return self.role_bindings.get((namespace, name))
 
+    def allowed(self, namespace: str, verb: str, group: str, resource: str) -> bool:
+        """The API server's RBAC answer; here install's own binding is in force as soon as it is made."""
+        _tally(self.calls, "allowed")
+        return (namespace, "kubeopera-tenants:tenant-install") in self.role_bindings
+
     def create_role(self, role: Role) -> bool:
         _tally(self.calls, "create_role")
         self._into_namespace(f"create role {role.name}", role.namespace)

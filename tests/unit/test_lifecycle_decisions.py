@@ -78,12 +78,15 @@ BOB_KEY = f"{TENANT_NAMESPACE}/bob-dev"
 CONFIG = b"apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3cret}}]\n"
 EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
 BOB_CLAIM = f"{TENANT_NAMESPACE}/cloudspace-{CS_BOB}"  # the Lease that holds bob-dev's cloudSpaceID
-# What install writes in bob-dev's namespace for the other functions (shared.access), in order.
+# What install writes in bob-dev's namespace for itself and the other functions (shared.access), in order.
 GRANTS = [
+    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-install"),
     ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
+    ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-resync"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-check-ready"),
-    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-cleanup"),
+    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
+    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-resync"),
 ]
 
 

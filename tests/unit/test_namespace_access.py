@@ -1,7 +1,8 @@
-"""install grants check-ready, store-kubeconfig and cleanup their Secret access in the Tenant's
-namespace, and only there (``shared.access``): what it makes, that a second run writes nothing,
-that a Tenant made before the grants gets them on its next delivery, and that a refused read in
-that namespace is temporary while every other refusal stays permanent. In-memory fakes only."""
+"""install grants itself, check-ready, store-kubeconfig, cleanup and resync their access in the
+Tenant's namespace, and only there (``shared.access``): what it makes, its own binding first and
+in force before the Roles, that a second run writes nothing, that a Tenant made before the grants
+gets them on its next delivery, and that a refused read in that namespace is temporary while
+every other refusal stays permanent. In-memory fakes only."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ BOB_NS = "vcluster-bob-dev"
 EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
 CONFIG = b"apiVersion: v1\nkind: Config\n"
 STORE = "kubeopera-tenants:tenant-store-kubeconfig"
+RESYNC = "kubeopera-tenants:tenant-resync"
+INSTALL = "kubeopera-tenants:tenant-install"
+# What install writes in a new Tenant's namespace, in order: its own binding, the Roles, the others.
+FRESH = ["rolebinding create"] + ["role create"] * 2 + ["rolebinding create"] * 4
 
 
 def live(kube: FakeKube, name: str = "bob-dev") -> Tenant:
@@ -62,18 +67,31 @@ def settled(phase: str = "Ready") -> dict[str, Any]:
 # what install makes -------------------------------------------------------------------------------
 
 
-def test_install_grants_each_function_exactly_its_secret_access_in_the_namespace(
-    kube: FakeKube, helm: FakeHelm
-) -> None:
+def test_install_grants_each_function_exactly_its_access_in_the_namespace(kube: FakeKube, helm: FakeHelm) -> None:
     provision(kube, helm)
     tenant = live(kube)
     labels = namespace_labels(tenant)
-    sa = {name: Subject(name, TENANT_NAMESPACE) for name in ("tenant-check-ready", "tenant-store-kubeconfig")}
+    services = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup", "tenant-resync")
+    sa = {name: Subject(name, TENANT_NAMESPACE) for name in services}
 
     assert kube.roles == {
-        (BOB_NS, STORE): Role(BOB_NS, STORE, (Rule(("",), ("secrets",), ("get",), ("vc-vc-bob-dev",)),))
+        (BOB_NS, STORE): Role(BOB_NS, STORE, (Rule(("",), ("secrets",), ("get",), ("vc-vc-bob-dev",)),)),
+        (BOB_NS, RESYNC): Role(
+            BOB_NS,
+            RESYNC,
+            (
+                Rule(("",), ("secrets",), ("get",), ("vc-vc-bob-dev",)),
+                Rule(("apps",), ("statefulsets",), ("get",), ("vc-bob-dev",)),
+            ),
+        ),
     }
     assert kube.role_bindings == {
+        (BOB_NS, INSTALL): RoleBinding(
+            BOB_NS,
+            INSTALL,
+            RoleRef("ClusterRole", "kubeopera-tenants:tenant-install:vcluster-namespace"),
+            (sa["tenant-install"],),
+        ),
         (BOB_NS, "kubeopera-tenants:tenant-check-ready"): RoleBinding(
             BOB_NS,
             "kubeopera-tenants:tenant-check-ready",
@@ -85,8 +103,9 @@ def test_install_grants_each_function_exactly_its_secret_access_in_the_namespace
             BOB_NS,
             "kubeopera-tenants:tenant-cleanup",
             RoleRef("ClusterRole", "kubeopera-tenants:tenant-cleanup:vcluster-namespace"),
-            (Subject("tenant-cleanup", TENANT_NAMESPACE),),
+            (sa["tenant-cleanup"],),
         ),
+        (BOB_NS, RESYNC): RoleBinding(BOB_NS, RESYNC, RoleRef("Role", RESYNC), (sa["tenant-resync"],)),
     }
     # labelled as the namespace is (owner uid, namespace, name), and by the function they serve
     for obj in [*kube.roles.values(), *kube.role_bindings.values()]:
@@ -96,10 +115,63 @@ def test_install_grants_each_function_exactly_its_secret_access_in_the_namespace
             "app.kubernetes.io/component": component,
             "app.kubernetes.io/part-of": "kubeopera",
         }
-    # made after the namespace, before helm and so before check-ready is ever asked
+    # made after the namespace, install's own first, all before helm and so before check-ready is asked
     order = [what for what, _ in kube.journal]
-    assert order.index("namespace create") < order.index("role create") < order.index("helm install")
-    assert max(i for i, what in enumerate(order) if what.startswith("rolebinding")) < order.index("helm install")
+    start = order.index("namespace create") + 1
+    assert order[start : start + len(FRESH)] == FRESH
+    assert kube.journal[start] == ("rolebinding create", f"{BOB_NS}/{INSTALL}")
+    assert max(i for i, what in enumerate(order) if what.startswith("role")) < order.index("helm install")
+
+
+def test_install_waits_for_its_own_binding_to_be_in_force_before_it_makes_a_role(
+    helm: FakeHelm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Lagging(FakeKube):
+        """The API server's RBAC cache has install's binding only on the third question."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[str] = []
+
+        def allowed(self, namespace: str, verb: str, group: str, resource: str) -> bool:
+            self.asked.append(f"{verb} {resource} in {namespace}")
+            self.journal.append(("asked", namespace))
+            return super().allowed(namespace, verb, group, resource) and len(self.asked) >= 3
+
+    monkeypatch.setattr(access.time, "sleep", lambda seconds: None)
+    kube = Lagging()
+    helm.kube = kube
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
+
+    assert kube.asked == [f"get secrets in {BOB_NS}"] * 3, "asked until in force, then not again"
+    order = [what for what, _ in kube.journal]
+    start = order.index("namespace create") + 1
+    assert order[start : start + 4] == ["rolebinding create", "asked", "asked", "asked"]
+    assert order[start + 4] == "role create"
+
+
+def test_install_binding_never_in_force_is_temporary_and_makes_no_role(
+    helm: FakeHelm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Never(FakeKube):
+        def allowed(self, namespace: str, verb: str, group: str, resource: str) -> bool:
+            return False
+
+    clock = iter(range(0, 1000))
+    monkeypatch.setattr(access.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(access.time, "sleep", lambda seconds: None)
+    kube = Never()
+    helm.kube = kube
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+
+    with pytest.raises(TemporaryError, match="not in force") as raised:
+        install.handle(kube, helm, SETTINGS, ref_of(obj))
+
+    assert raised.value.retry_after == access.ACCESS_RETRY_SECONDS
+    assert kube.roles == {} and list(kube.role_bindings) == [(BOB_NS, INSTALL)]
+    assert helm.operations == []
 
 
 def test_the_rules_install_binds_are_the_ones_the_functions_need_in_the_namespace() -> None:
@@ -110,11 +182,17 @@ def test_the_rules_install_binds_are_the_ones_the_functions_need_in_the_namespac
         "tenant-cleanup": (Rule(("",), ("secrets",), ("get", "list", "update", "delete")),),
     }
     assert needed == access.NAMESPACE_RULES
+    tenant = Tenant.from_object(tenant_object("bob-dev", CS_BOB))
+    # resync's reads in functions.resync.observe, by name
+    assert access.resync_rules(tenant) == (
+        Rule(("",), ("secrets",), ("get",), (tenant.spec.names.vcluster_secret,)),
+        Rule(("apps",), ("statefulsets",), ("get",), (tenant.spec.names.release,)),
+    )
 
 
 def test_a_second_install_run_writes_no_grant(kube: FakeKube, helm: FakeHelm) -> None:
     provision(kube, helm)
-    assert len(grant_writes(kube)) == 4
+    assert len(grant_writes(kube)) == 7
     mark = len(kube.journal)
 
     obj = kube.set_phase(TENANT_NAMESPACE, "bob-dev", "Pending")  # the runbook's retry
@@ -122,7 +200,8 @@ def test_a_second_install_run_writes_no_grant(kube: FakeKube, helm: FakeHelm) ->
 
     assert grant_writes(kube, mark) == []
     assert access.grant(kube, live(kube), TENANT_NAMESPACE) == 0
-    assert kube.calls["create_role"] == 1 and kube.calls["create_role_binding"] == 3
+    assert kube.calls["create_role"] == 2 and kube.calls["create_role_binding"] == 5
+    assert kube.calls["allowed"] == 1, "in force asked once, after install's own binding was made"
 
 
 def test_a_changed_grant_is_put_back_with_one_write_each(kube: FakeKube, helm: FakeHelm) -> None:
@@ -157,10 +236,10 @@ def test_a_changed_grant_is_put_back_with_one_write_each(kube: FakeKube, helm: F
 
 def test_a_grant_made_by_another_delivery_meanwhile_is_a_conflict_to_run_again(helm: FakeHelm) -> None:
     class RacingKube(FakeKube):
-        """Another install delivery creates the Role between our read and our create."""
+        """Another install delivery creates store-kubeconfig's Role between our read and our create."""
 
         def create_role(self, role: Role) -> bool:
-            if (role.namespace, role.name) not in self.roles:
+            if role.name == STORE and (role.namespace, role.name) not in self.roles:
                 super().create_role(role)
             return super().create_role(role)
 
@@ -171,7 +250,7 @@ def test_a_grant_made_by_another_delivery_meanwhile_is_a_conflict_to_run_again(h
         install.handle(kube, helm, SETTINGS, ref_of(obj))
     # the HTTP layer runs the step again on fresh data: now it is found as it should be
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
-    assert kube.writes["role create"] == 1
+    assert kube.writes["role create"] == 2  # the other delivery's, and resync's on the run again
 
 
 def test_no_grant_in_a_namespace_that_is_another_tenants(kube: FakeKube, helm: FakeHelm) -> None:
@@ -215,13 +294,39 @@ def test_a_tenant_install_leaves_alone_gets_the_grants_in_its_namespace(
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
 
     # made before the Pod Security labels too: they come with the grants
-    assert [what for what, _ in kube.journal] == ["namespace label", "role create"] + ["rolebinding create"] * 3
+    assert [what for what, _ in kube.journal] == ["namespace label", *FRESH]
     assert kube.namespaces[BOB_NS]["labels"] == namespace_labels(live(kube)) | POD_SECURITY
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before, "the Tenant itself is left alone"
     assert helm.calls == {}
     mark = len(kube.journal)
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
     assert kube.journal[mark:] == [], "the next delivery only reads"
+
+
+def test_a_namespace_with_the_previous_versions_grants_gets_installs_own_and_resyncs(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """Made when install held its rights cluster-wide and resync read Secrets cluster-wide: the
+    next delivery adds install's own binding (first) and resync's Role and binding, nothing else."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]))
+    tenant = live(kube)
+    kube.add_namespace(BOB_NS, namespace_labels(tenant) | POD_SECURITY)
+    wanted = access.namespace_grants(tenant, TENANT_NAMESPACE)
+    for role in wanted.roles:
+        if role.name == STORE:
+            kube.roles[(BOB_NS, role.name)] = role
+    for binding in wanted.bindings:
+        if binding.name not in (INSTALL, RESYNC):
+            kube.role_bindings[(BOB_NS, binding.name)] = binding
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
+
+    assert kube.journal == [
+        ("rolebinding create", f"{BOB_NS}/{INSTALL}"),
+        ("role create", f"{BOB_NS}/{RESYNC}"),
+        ("rolebinding create", f"{BOB_NS}/{RESYNC}"),
+    ]
+    assert helm.calls == {}
 
 
 # Pod Security labels: part of what install keeps true --------------------------------------------

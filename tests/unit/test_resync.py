@@ -23,10 +23,11 @@ from flask import Flask
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
 from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
-from shared import events
-from shared.errors import NotReadyYet, ProvisionTimeout, TemporaryError
+from shared import access, events
+from shared.errors import Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
+from shared.kube import Rollout
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.runtime import Runtime
@@ -64,6 +65,7 @@ TRACEPARENT = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"
 NO_DRIFT = Drift(release_present=True, kubeconfig_current=True)
 RELEASE_GONE = Drift(release_present=False, kubeconfig_current=True)
 KUBECONFIG_STALE = Drift(release_present=True, kubeconfig_current=False)
+NOT_GRANTED = Drift(release_present=False, kubeconfig_current=False, granted=False)  # the rest unknown
 
 
 @pytest.fixture
@@ -284,6 +286,7 @@ def test_decide_a_new_generation_gets_install_whatever_the_phase_was() -> None:
 @pytest.mark.parametrize(
     ("state", "drift", "expected"),
     [
+        pytest.param(status("Ready", callback="False"), NOT_GRANTED, Redrive.INSTALL, id="not-granted"),
         pytest.param(status("Ready", callback="False"), Drift(False, False), Redrive.REINSTALL, id="gone-beats-all"),
         pytest.param(status("Ready", callback="False"), KUBECONFIG_STALE, Redrive.STORE, id="store-before-notify"),
         pytest.param(status("Ready", callback="True"), NO_DRIFT, None, id="callback-delivered"),
@@ -361,6 +364,50 @@ def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them
 
     assert sink.sent == [] and kube.journal == []
     assert kube.calls == Counter({"list_tenants": 1})
+
+
+class GrantedReadsOnly(FakeKube):
+    """The API server's RBAC for resync: its reads in a Tenant's namespace need the RoleBinding
+    install makes there for it (shared.access); without it, 403."""
+
+    def _resync_granted(self, namespace: str) -> None:
+        granted = (namespace, "kubeopera-tenants:tenant-resync") in self.role_bindings
+        if namespace.startswith("vcluster-") and not granted:
+            raise Forbidden(f"get in {namespace}: the API server refused it (403 Forbidden)")
+
+    def get_rollout(self, namespace: str, name: str) -> Rollout | None:
+        self._resync_granted(namespace)
+        return super().get_rollout(namespace, name)
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
+        self._resync_granted(namespace)
+        return super().read_secret_key(namespace, name, key)
+
+
+def test_a_tenant_without_resyncs_grant_is_sent_to_install_which_makes_it(helm: FakeHelm, sink: FakeSink) -> None:
+    """A Ready Tenant of the version before resync's per-namespace Role: its reads there are
+    refused, which is not drift: resync sends it to install, whose delivery (leaving the Tenant
+    itself alone) makes the grant, and the next pass finds nothing to do."""
+    kube = GrantedReadsOnly()
+    helm.kube = kube
+    obj = ready(kube, helm)
+    ready(kube, helm, "carol", CS_CAROL)
+    del kube.role_bindings[(BOB_NS, "kubeopera-tenants:tenant-resync")]
+    del kube.roles[(BOB_NS, "kubeopera-tenants:tenant-resync")]
+    before = kube.tenant_dict(TENANT_NAMESPACE, "bob-dev")
+    access.forget_ensured()
+
+    assert resync(kube, sink, SETTINGS) == {"INSTALL": 1}
+    (event,) = sink.sent
+    assert event.get_type() == events.INSTALL and event.get_data()["name"] == "bob-dev"  # type: ignore[index]
+    assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before, "nothing of the Tenant changed"
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
+    assert (BOB_NS, "kubeopera-tenants:tenant-resync") in kube.role_bindings
+    assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before
+    sink.sent.clear()
+    assert resync(kube, sink, SETTINGS) == {}
+    assert sink.sent == []
 
 
 # resync: each kind of drift ---------------------------------------------------------------------
