@@ -199,6 +199,9 @@ def test_start_command_serves_in_the_image(name: str, image_root: Path) -> None:
     os.chmod(kubeconfig, 0o644)
     port = _free_port()
     env = {**config_map["data"], "KUBECONFIG": f"/tmp/{kubeconfig.name}", "PORT": str(port), "K_SERVICE": name}
+    # No API server here: install takes the host's Service range from the setting instead of
+    # reading the cluster's ServiceCIDRs at start (shared/service_range.py).
+    env["SERVICE_CIDR"] = "10.96.0.0/12"
     env["K_SINK"] = "http://broker-ingress.knative-eventing.svc.cluster.local/kubeopera-system/default"  # SinkBinding
     env.update({item["name"]: item["value"] for item in container.get("env", []) if "value" in item})
     config = function_image_config()

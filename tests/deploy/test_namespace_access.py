@@ -115,9 +115,10 @@ def test_install_binds_exactly_the_cluster_roles_it_grants_in_a_namespace() -> N
     # and it may make, check, put back and remake its own binding before it holds anything there
     rbac_group = ("rbac.authorization.k8s.io",)
     assert covers(install, Rule(rbac_group, ("rolebindings",), ("get", "create", "patch", "delete")))
-    # but nothing else cluster-wide: no Secret, no chart kind
+    # but nothing else cluster-wide: no Secret, no chart kind (the ServiceCIDRs, read at start, are
+    # cluster-scoped: shared/service_range.py)
     resources = {resource for rule in install for resource in rule.resources}
-    assert resources == {"namespaces", "rolebindings", "clusterroles"}
+    assert resources == {"namespaces", "rolebindings", "clusterroles", "servicecidrs"}
 
 
 def test_install_holds_in_a_namespace_every_rule_of_the_roles_it_makes_there() -> None:
