@@ -26,8 +26,8 @@ tools: $(BIN)/.installed
 
 # The cluster tier (`make run ARGS=--cluster`, `make test-cluster`): a real node with Knative
 # Serving, Traefik and Knative Eventing as pods. It needs root, Debian's containerd, runc, CNI
-# plugins and iptables (installed here when missing), and about 20 more minutes of builds, once.
-NODE_PACKAGES := containerd runc containernetworking-plugins iptables
+# plugins, iptables and ipset (installed here when missing), and about 20 more minutes of builds, once.
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables ipset
 
 node-packages:
 	@missing=""; for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

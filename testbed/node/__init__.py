@@ -1,5 +1,6 @@
-"""The cluster tier's real node: containerd, runc and the CNI bridge, the kubelet, kube-scheduler and
-kube-proxy beside the test bed's control plane, on this one machine, and the machine as it was after.
+"""The cluster tier's real node: containerd, runc and the CNI bridge, the kubelet, kube-scheduler,
+kube-proxy and a NetworkPolicy engine beside the test bed's control plane, on this one machine,
+and the machine as it was after.
 
 :func:`start_node` is the entry point. The modules, one concern each:
 
@@ -9,6 +10,7 @@ kube-proxy beside the test bed's control plane, on this one machine, and the mac
 - :mod:`.containerd`: containerd's and the CNI's configuration, ``ctr``;
 - :mod:`.kubelet`: the kubelet's identity and configuration;
 - :mod:`.components`: kube-scheduler and kube-proxy;
+- :mod:`.policy`: the NetworkPolicy engine (kube-router's firewall controller) and what it needs;
 - :mod:`.node`: :func:`start_node` and :class:`Node`;
 - :mod:`.errors`: :class:`NodeError`.
 """

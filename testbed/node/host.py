@@ -150,6 +150,7 @@ def restore(state: HostState) -> list[str]:
         ),
         ("bridge", lambda: _ip_if(BRIDGE, ["link", "show"], "link", "del", BRIDGE)),
         ("iptables", lambda: _drop_our_chains(state)),
+        ("ipsets", _destroy_our_sets),
         ("sysctls", lambda: _restore_sysctls(state)),
         ("paths", lambda: _remove_new_paths(state)),
         ("conntrack", _flush_conntrack),
@@ -242,6 +243,19 @@ def _drop_our_chains(state: HostState) -> None:
         )
 
 
+def _our_sets() -> list[str]:
+    """The ipsets of the NetworkPolicy engine (kube-router: ``KUBE-SRC-*``, ``KUBE-DST-*``)."""
+    if shutil.which("ipset") is None:
+        return []
+    names = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False).stdout
+    return [name for name in names.split() if _OURS.match(name)]
+
+
+def _destroy_our_sets() -> None:
+    for name in _our_sets():
+        subprocess.run(["ipset", "destroy", name], capture_output=True, text=True, check=True)
+
+
 def _restore_sysctls(state: HostState) -> None:
     for name, value in state.sysctls.items():
         path = _sysctl_path(name)
@@ -278,4 +292,6 @@ def leftovers() -> list[str]:
     saved = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False).stdout
     if any(line.startswith(":") and _OURS.match(line[1:]) for line in saved.splitlines()):
         found.append("KUBE-*/CNI-* iptables chains")
+    if _our_sets():
+        found.append("KUBE-* ipsets")
     return found

@@ -31,7 +31,15 @@ KUBELET_HEALTHZ_PORT = 10248
 PROXY_HEALTHZ_PORT = 10256
 PROXY_METRICS_PORT = 10249
 SCHEDULER_PORT = 10259
-FIXED_PORTS = (KUBELET_PORT, KUBELET_HEALTHZ_PORT, PROXY_HEALTHZ_PORT, PROXY_METRICS_PORT, SCHEDULER_PORT)
+POLICY_HEALTH_PORT = 20244  # kube-router's health endpoint (its default; it listens on every address)
+FIXED_PORTS = (
+    KUBELET_PORT,
+    KUBELET_HEALTHZ_PORT,
+    PROXY_HEALTHZ_PORT,
+    PROXY_METRICS_PORT,
+    SCHEDULER_PORT,
+    POLICY_HEALTH_PORT,
+)
 
 STATE_DIR = Path("/run/kubeopera-testbed-node")
 # Paths the kubelet, containerd and the CNI plugins create outside the folders they are given;

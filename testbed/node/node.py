@@ -3,8 +3,9 @@
 On top of the test bed's control plane (etcd, kube-apiserver, kube-controller-manager, now with
 all of its controllers) it runs Debian's containerd and runc with the CNI bridge, the kubelet,
 kube-scheduler and kube-proxy, all built from the pinned Kubernetes release
-(:func:`testbed.toolchain.ensure_cluster`), and yields a :class:`Node` once the Node object is
-Ready. What the API server needs for a real node, beyond the fast tier's flags:
+(:func:`testbed.toolchain.ensure_cluster`), then the NetworkPolicy engine (kube-router's firewall
+controller, :mod:`testbed.node.policy`) once the Node object is Ready, and yields a :class:`Node`.
+What the API server needs for a real node, beyond the fast tier's flags:
 
 - ``--authorization-mode=Node`` (the flag appends: RBAC, then Node) and NodeRestriction;
 - a client certificate to reach the kubelet (logs, exec, port-forward), by its InternalIP;
@@ -34,6 +35,7 @@ from testbed.node.containerd import Ctr, start_containerd
 from testbed.node.errors import NodeError
 from testbed.node.kubelet import start_kubelet
 from testbed.node.layout import NODE_IP, NODE_NAME, SERVICE_CIDR, NodeDirs
+from testbed.node.policy import start_policy_engine
 from testbed.processes import Supervisor
 from testbed.toolchain import ClusterToolchain
 
@@ -140,6 +142,8 @@ def _run(tools: ClusterToolchain, dirs: NodeDirs, supervisor: Supervisor, images
                 components.callback(supervisor.stop, start_scheduler(bins / "kube-scheduler", cp, supervisor))
                 components.callback(supervisor.stop, start_proxy(bins / "kube-proxy", cp, supervisor))
                 _wait_ready(node)
+                engine = start_policy_engine(tools.kube_router, cp, supervisor)
+                components.callback(supervisor.stop, engine)
                 try:
                     yield node
                 finally:

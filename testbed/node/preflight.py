@@ -7,7 +7,8 @@ for as long as the node runs; a second copy is refused at once with the first on
 
 :func:`check` refuses, naming each missing thing and the Debian packages that bring it, when the
 machine is not one the node can run on: not root; no containerd, runc, ctr, iptables or the CNI
-plugins (``containerd runc containernetworking-plugins iptables``); cgroup v2 only (the node uses
+plugins (``containerd runc containernetworking-plugins iptables``); no ``ipset``, or a kernel
+without what the NetworkPolicy engine's rules use (:func:`testbed.node.policy.missing`); cgroup v2 only (the node uses
 the kubelet's cgroupfs driver under a cgroup v1 root); or the node's fixed ports, address, bridge
 or iptables chains are taken by something else.
 """
@@ -21,6 +22,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from testbed.node import policy
 from testbed.node.errors import NodeError
 from testbed.node.host import CGROUP_FS, cgroup_hierarchies, leftovers
 from testbed.node.layout import FIXED_PORTS, STATE_DIR
@@ -79,6 +81,8 @@ def missing() -> list[str]:
     absent += [f"{CNI_DIR / p}" for p in CNI_PLUGINS if not (CNI_DIR / p).is_file()]
     if absent:
         problems.append(f"missing {', '.join(absent)}: install the Debian packages `{PACKAGES}`")
+    if os.geteuid() == 0:
+        problems += policy.missing()
     if (CGROUP_FS / "cgroup.controllers").is_file() or not cgroup_hierarchies():
         problems.append("only cgroup v2 is mounted; the node runs the kubelet under a cgroup v1 root")
     return problems

@@ -28,7 +28,8 @@ The modules, one concern each:
 - :mod:`.cache`: the cache folder, a tool's folder in it, the build lock;
 - :mod:`.gobuild`: the wrapper module, ``go build`` per binary and the module copies;
 - :mod:`.provision`: ``Toolchain``, ``ensure``, ``ensure_all``, ``ClusterToolchain``, ``ensure_cluster``
-  (the cluster tier's node binaries, CoreDNS, pause, Knative Serving, Eventing's webhook, Traefik),
+  (the cluster tier's node binaries, CoreDNS, pause, Knative Serving, Eventing's webhook, Traefik,
+  and kube-router, the node's NetworkPolicy engine),
   ``knative_check``;
 - :mod:`.progress`: the progress lines, estimates and ``timings.json``;
 - :mod:`.cli`: ``main``, for ``python -m testbed.toolchain`` (builds everything, prints the paths).

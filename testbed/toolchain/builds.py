@@ -26,6 +26,7 @@ from testbed.toolchain.versions import (
     KNATIVE_EVENTING_VERSION,
     KNATIVE_NETWORKING_MODULE_VERSION,
     KNATIVE_SERVING_VERSION,
+    KUBE_ROUTER_VERSION,
     KUBERNETES_VERSION,
     PROMETHEUS_MODULE_VERSION,
     PROMETHEUS_VERSION,
@@ -99,6 +100,11 @@ def _helm_ldflags(version: str) -> str:
 
 def _prometheus_ldflags(version: str) -> str:
     return f"-X github.com/prometheus/common/version.Version={version.lstrip('v')}"
+
+
+def _kube_router_ldflags(version: str) -> str:
+    package = "github.com/cloudnativelabs/kube-router/v2/pkg/version"
+    return f"-X {package}.Version={version} -X {package}.BuildDate=1970-01-01T00:00:00Z"
 
 
 def _jaeger_ldflags(version: str) -> str:
@@ -283,6 +289,17 @@ BUILDS: Mapping[str, GoBuild] = {
             "replace github.com/mailgun/minheap => github.com/containous/minheap v0.0.0-20190809180810-6e71eb837595",
             "exclude github.com/tencentcloud/tencentcloud-sdk-go v3.0.83+incompatible",
         ),
+    ),
+    # The node's NetworkPolicy engine: kube-router, of which the node runs only the firewall
+    # controller (--run-firewall; no BGP routing, no service proxy): iptables and ipset rules from
+    # the NetworkPolicies, on the node as a process (testbed.node.policy). Pure Go (it runs the
+    # iptables and ipset commands).
+    "kube-router": GoBuild(
+        name="kube-router",
+        version=KUBE_ROUTER_VERSION,
+        requires=(("github.com/cloudnativelabs/kube-router/v2", KUBE_ROUTER_VERSION),),
+        packages=(("kube-router", "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"),),
+        ldflags=_kube_router_ldflags(KUBE_ROUTER_VERSION),
     ),
 }
 

@@ -70,6 +70,8 @@ DEFAULT_SECONDS: Mapping[str, float] = {
     "serving-queue": 3.0,
     "eventing-webhook": 60.0,
     "traefik": 420.0,
+    # Measured with kube-node's packages in the cache and another build on the other core.
+    "kube-router": 310.0,
 }
 
 

@@ -138,9 +138,18 @@ class ClusterToolchain:
     knative_serving_config: Path  # serving/ (config/core), networking/ and caching/ (config/)
     knative_eventing_webhook: Path
     traefik: Path
+    kube_router: Path  # the node's NetworkPolicy engine (testbed.node.policy)
 
 
-CLUSTER_TOOLS = ("kube-node", "coredns", "pause", "knative-serving", "knative-eventing-webhook", "traefik")
+CLUSTER_TOOLS = (
+    "kube-node",
+    "coredns",
+    "pause",
+    "knative-serving",
+    "knative-eventing-webhook",
+    "traefik",
+    "kube-router",
+)
 
 
 def ensure_cluster() -> ClusterToolchain:
@@ -157,6 +166,7 @@ def ensure_cluster() -> ClusterToolchain:
         knative_serving_config=bins["knative-serving"].parent / "config",
         knative_eventing_webhook=bins["knative-eventing-webhook"] / "eventing-webhook",
         traefik=bins["traefik"] / "traefik",
+        kube_router=bins["kube-router"] / "kube-router",
     )
 
 

@@ -30,6 +30,11 @@ COREDNS_VERSION = "v1.14.7"
 TRAEFIK_VERSION = "v3.6.12"
 KNATIVE_NETWORKING_MODULE_VERSION = "v0.0.0-20260120131110-a7cdca238a0d"
 KNATIVE_CACHING_MODULE_VERSION = "v0.0.0-20260120130310-f1fc03b7f5ee"
+# The node's NetworkPolicy engine (testbed.node.policy): kube-router's firewall controller alone.
+# SIG Network's kube-network-policies (v0.8.0) cannot run on this machine's kernel: it diverts new
+# connections with nftables' native `queue` expression, and the kernel is built without
+# CONFIG_NFT_QUEUE (docs/design-notes.md). Security reports exist for kube-router v2.1.0: see there.
+KUBE_ROUTER_VERSION = "v2.1.0"
 
 VERSIONS: Mapping[str, str] = {
     "kubernetes": KUBERNETES_VERSION,
@@ -42,6 +47,7 @@ VERSIONS: Mapping[str, str] = {
     "jaeger": JAEGER_VERSION,
     "coredns": COREDNS_VERSION,
     "traefik": TRAEFIK_VERSION,
+    "kube-router": KUBE_ROUTER_VERSION,
 }
 
 # The checksum database answers 404 for knative.dev/eventing@v0.48.0, which the proxy serves;
