@@ -41,9 +41,13 @@ def _all_at_zero(cluster: ClusterStack) -> dict[str, int] | None:
 
 
 def test_every_function_scales_to_zero(cluster: ClusterStack) -> None:
-    wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
-    for service in cluster.functions:
-        assert cluster.desired_scale(service) == 0, service
+    """At one moment every function runs no pod and asks for none. Checked together: the cluster's
+    real resync schedule (every five minutes) may wake tenant-resync between two separate looks."""
+
+    def at_zero_and_asking_for_none() -> bool:
+        return _all_at_zero(cluster) and all(cluster.desired_scale(s) == 0 for s in cluster.functions)
+
+    wait_for("every function at zero pods, asking for none", at_zero_and_asking_for_none, timeout=420, interval=2)
 
 
 def test_an_event_wakes_only_the_function_it_is_for(cluster: ClusterStack) -> None:
