@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from testbed.controlplane import controllers, pki
 from testbed.controlplane.cli import main
-from testbed.controlplane.client import apply, kubectl
+from testbed.controlplane.client import apply, as_service_account, as_syncer, kubectl
 from testbed.controlplane.kubeconfig import CLUSTER_NAME, kubeconfig_for_token, kubeconfig_for_user, write_kubeconfig
 from testbed.controlplane.model import ADMIN_GROUPS, ADMIN_USER, SERVICE_ACCOUNT_ISSUER, ControlPlane
 from testbed.controlplane.namespaces import create_namespace, delete_namespace
@@ -40,6 +40,8 @@ from testbed.controlplane.serviceaccounts import create_service_account, request
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE, start_control_plane
 
 __all__ = [
+    "as_service_account",
+    "as_syncer",
     "ADMIN_GROUPS",
     "ADMIN_USER",
     "CLUSTER_NAME",

@@ -33,6 +33,23 @@ def kubectl(
     )
 
 
+def as_service_account(namespace: str, name: str) -> list[str]:
+    """kubectl's flags to act as ServiceAccount ``namespace/name``, with the groups the API server
+    gives its tokens (impersonation: the same authorization and admission as its own token)."""
+    return [
+        f"--as=system:serviceaccount:{namespace}:{name}",
+        "--as-group=system:serviceaccounts",
+        f"--as-group=system:serviceaccounts:{namespace}",
+        "--as-group=system:authenticated",
+    ]
+
+
+def as_syncer(tenant_name: str) -> list[str]:
+    """kubectl's flags to act as a tenant's vCluster syncer (``vc-vc-<t>`` in ``vcluster-<t>``):
+    what it may write in its host namespace, the tenant can cause from inside its vCluster."""
+    return as_service_account(f"vcluster-{tenant_name}", f"vc-vc-{tenant_name}")
+
+
 def apply(cp: ControlPlane, manifest: str | dict[str, Any] | list[dict[str, Any]]) -> None:
     """``kubectl apply -f -`` a YAML string or object(s), as admin."""
     if isinstance(manifest, str):

@@ -28,6 +28,7 @@ import yaml
 
 from shared.kube import Kube
 from shared.tenant import Tenant
+from testbed.controlplane import as_syncer
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
 from .rbac_usage import unused_rules
@@ -219,18 +220,6 @@ def test_cleanup_of_the_refused_tenant_leaves_the_owners_vcluster_alone(
 HELM_RECORDS_POLICY = REPO / "deploy" / "base" / "policy" / "tenant-helm-records.yaml"
 
 
-def syncer(tenant_name: str) -> list[str]:
-    """kubectl flags to act as the tenant's vCluster syncer: what it may write in its host
-    namespace, the tenant can cause."""
-    namespace = f"vcluster-{tenant_name}"
-    return [
-        f"--as=system:serviceaccount:{namespace}:vc-vc-{tenant_name}",
-        "--as-group=system:serviceaccounts",
-        f"--as-group=system:serviceaccounts:{namespace}",
-        "--as-group=system:authenticated",
-    ]
-
-
 def forged_record(pipeline: Stack, tenant_name: str, victim_namespace: str) -> dict[str, Any]:
     """issue 23's forgery: the tenant's own release record, version 99, under a name of its own,
     its manifest rewritten to name the neighbour's namespace."""
@@ -268,7 +257,7 @@ def test_a_tenant_forging_helm_history_is_refused_and_without_the_policy_harms_o
     before = snapshot(pipeline, "bob-dev", CS_BOB)
     forged = json.dumps(forged_record(pipeline, "ned", "vcluster-bob-dev"))
 
-    refused = kubectl_as(pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *syncer("ned"), input=forged)
+    refused = kubectl_as(pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *as_syncer("ned"), input=forged)
     assert refused.returncode != 0 and "kubeopera-tenants-helm-records" in refused.stderr, refused.stderr
 
     pipeline.kubectl("delete", "-f", str(HELM_RECORDS_POLICY))
@@ -277,7 +266,7 @@ def test_a_tenant_forging_helm_history_is_refused_and_without_the_policy_harms_o
             "the forgery admitted without the policy",
             lambda: (
                 kubectl_as(
-                    pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *syncer("ned"), input=forged
+                    pipeline, pipeline.admin_kubeconfig, "create", "-f", "-", *as_syncer("ned"), input=forged
                 ).returncode
                 == 0
             ),

@@ -26,7 +26,7 @@ from shared.kube import Kube
 from shared.ownership import namespace_labels
 from shared.settings import Settings
 from shared.tenant import Tenant
-from testbed.controlplane import ControlPlane, delete_namespace, kubectl
+from testbed.controlplane import ControlPlane, as_syncer, delete_namespace, kubectl
 
 from .tenant_objects import tenant_body
 
@@ -43,16 +43,6 @@ def real_chart(kind: str, tenant_name: str, name: str = "vc-vc-{t}") -> dict[str
     wanted = name.format(t=tenant_name)
     (found,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == kind and d["metadata"]["name"] == wanted]
     return dict(found)
-
-
-def syncer(tenant_name: str) -> list[str]:
-    namespace = f"vcluster-{tenant_name}"
-    return [
-        f"--as=system:serviceaccount:{namespace}:vc-vc-{tenant_name}",
-        "--as-group=system:serviceaccounts",
-        f"--as-group=system:serviceaccounts:{namespace}",
-        "--as-group=system:authenticated",
-    ]
 
 
 def privileged_pod(name: str) -> dict[str, Any]:
@@ -126,7 +116,7 @@ def grant_syncer(control_plane: ControlPlane, tenant_name: str) -> None:
 def create_as_syncer(control_plane: ControlPlane, tenant_name: str, pod: dict[str, Any], *extra: str) -> Any:
     return kubectl(
         control_plane,
-        *syncer(tenant_name),
+        *as_syncer(tenant_name),
         "create",
         "-n",
         f"vcluster-{tenant_name}",
@@ -153,7 +143,7 @@ def test_the_syncer_cannot_make_a_privileged_pod_with_the_hosts_root(
     control_plane: ControlPlane, tenant_namespace: tuple[str, dict[str, str]]
 ) -> None:
     tenant_name, _ = tenant_namespace
-    can = kubectl(control_plane, *syncer(tenant_name), "auth", "can-i", "create", "pods", "-n",
+    can = kubectl(control_plane, *as_syncer(tenant_name), "auth", "can-i", "create", "pods", "-n",
                   f"vcluster-{tenant_name}", check=False)  # fmt: skip
     assert can.stdout.strip() == "yes", "the chart's Role lets the syncer create pods"
 
