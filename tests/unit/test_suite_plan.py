@@ -4,6 +4,7 @@ verdict over the groups is read from pytest's own closing lines."""
 from __future__ import annotations
 
 import _thread
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -71,6 +72,9 @@ def test_groups_run_side_by_side_and_the_verdict_adds_them_up(
 def test_an_interrupted_suite_stops_its_running_groups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     slow = tmp_path / "test_slow.py"
     slow.write_text("import time\n\ndef test_slow():\n    time.sleep(120)\n")
+    # Python's own Ctrl-C handler, whatever this process was started with: a job started in the
+    # background by a shell (`make test &`) inherits SIGINT ignored, and then interrupt_main does nothing.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(3, _thread.interrupt_main)  # Ctrl-C, three seconds in
     timer.start()
     try:
@@ -79,6 +83,7 @@ def test_an_interrupted_suite_stops_its_running_groups(tmp_path: Path, capsys: p
         )
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, before)
     assert code == 130
     assert "suite: interrupted; stopped ['slow']" in capsys.readouterr().out
     assert "KeyboardInterrupt" in (tmp_path / "out" / "slow.log").read_text(), "pytest was stopped as by Ctrl-C"
