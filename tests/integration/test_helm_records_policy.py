@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from shared.release import RECORD_TYPE
-from testbed.controlplane import ControlPlane, create_namespace, delete_namespace, kubectl
+from testbed.controlplane import ControlPlane, as_syncer, create_namespace, delete_namespace, kubectl
 
-from .test_pod_security import grant_syncer, syncer
+from .test_pod_security import grant_syncer
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +116,7 @@ def refused_once_in_force(cp: ControlPlane, tenant_name: str) -> Any:
     namespace = f"vcluster-{tenant_name}"
     deadline = time.monotonic() + IN_FORCE_WITHIN
     while True:
-        made = as_(cp, syncer(tenant_name), "create", "-f", "-", stdin=record("vc-history", tenant_name))
+        made = as_(cp, as_syncer(tenant_name), "create", "-f", "-", stdin=record("vc-history", tenant_name))
         if made.returncode != 0 or time.monotonic() > deadline:
             return made
         as_(cp, function(CLEANUP), "delete", "secret", "vc-history", "-n", namespace)
@@ -124,7 +124,7 @@ def refused_once_in_force(cp: ControlPlane, tenant_name: str) -> Any:
 
 
 def test_only_install_and_cleanup_write_helm_records(control_plane: ControlPlane, tenant_name: str) -> None:
-    cp, namespace, tenant = control_plane, f"vcluster-{tenant_name}", syncer(tenant_name)
+    cp, namespace, tenant = control_plane, f"vcluster-{tenant_name}", as_syncer(tenant_name)
     me = f"system:serviceaccount:{namespace}:vc-vc-{tenant_name}"
     # The chart's Role lets the syncer create Secrets there ...
     can = as_(cp, tenant, "auth", "can-i", "create", "secrets", "-n", namespace)
@@ -181,7 +181,7 @@ def test_deleting_the_namespace_still_removes_its_helm_records(control_plane: Co
         name = f"sh.helm.release.v1.vc-{tenant_name}.v{version}"
         made = as_(cp, function(INSTALL), "create", "-f", "-", stdin=record(name, tenant_name, version=version))
         assert made.returncode == 0, made.stderr
-    assert as_(cp, syncer(tenant_name), "create", "-f", "-", stdin=secret("synced", tenant_name)).returncode == 0
+    assert as_(cp, as_syncer(tenant_name), "create", "-f", "-", stdin=secret("synced", tenant_name)).returncode == 0
 
     kubectl(cp, "delete", "namespace", namespace, "--wait=false")
     deadline = time.monotonic() + 90
