@@ -50,7 +50,8 @@ from shared.tenant import Tenant
 
 log = logging.getLogger(__name__)
 
-# Create, or find a leftover and delete it: twice is enough unless the claim keeps changing hands.
+# Create; or find a leftover, delete it and create again; once more in case it was released
+# meanwhile. More means the claim keeps changing hands: a temporary error, asked again later.
 CLAIM_ATTEMPTS = 3
 
 # Who may write helm's records in vcluster-* besides tenant-install (deploy/base/policy/tenant-helm-records.yaml).
@@ -87,14 +88,11 @@ def claim_cloud_space(kube: Kube, tenant: Tenant) -> None:
         verdict = judge(found.labels, tenant, {})
         if verdict.claim == Claim.OURS:
             return
-        if verdict.claim == Claim.OTHER and verdict.owner is not None:
-            state = owner_state(verdict.owner, kube.get_tenant(verdict.owner.namespace, verdict.owner.name))
-            if state == OwnerState.GONE:
-                log.info("claim left by a Tenant that is gone; released", extra={"claim": name})
-                kube.delete_claim(tenant.namespace, name, found.resource_version)
-                continue
-        else:
-            state = None
+        state = owner_of(kube, verdict)
+        if state == OwnerState.GONE:
+            log.info("claim left by a Tenant that is gone; released", extra={"claim": name})
+            kube.delete_claim(tenant.namespace, name, found.resource_version)
+            continue
         raise refusal(tenant, claim_thing(tenant), "cloudSpaceID", tenant.spec.cloud_space_id, verdict, state)
     raise TemporaryError(f"{claim_thing(tenant)} changed hands while it was read; asking again", retry_after=1)
 
@@ -111,11 +109,14 @@ def require(kube: Kube, tenant: Tenant, verdict: Verdict, thing: Thing, field: s
     """Return ``verdict`` if this Tenant may act on ``thing``; otherwise raise its refusal."""
     if verdict.usable:
         return verdict
-    state: OwnerState | None = None
-    if verdict.claim == Claim.OTHER and verdict.owner is not None:
-        live = kube.get_tenant(verdict.owner.namespace, verdict.owner.name)
-        state = owner_state(verdict.owner, live)
-    raise refusal(tenant, thing, field, value, verdict, state)
+    raise refusal(tenant, thing, field, value, verdict, owner_of(kube, verdict))
+
+
+def owner_of(kube: Kube, verdict: Verdict) -> OwnerState | None:
+    """Whether the other Tenant a verdict names is still there (None: the verdict names none)."""
+    if verdict.claim != Claim.OTHER or verdict.owner is None:
+        return None
+    return owner_state(verdict.owner, kube.get_tenant(verdict.owner.namespace, verdict.owner.name))
 
 
 def namespace_thing(tenant: Tenant) -> Thing:
