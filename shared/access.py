@@ -246,7 +246,10 @@ def keep_labels(kube: Kube, namespace: str, current: Mapping[str, str], wanted: 
 
 
 def _ensure_role(kube: Kube, want: Role, before_write: Callable[[], None]) -> int:
-    found = kube.get_role(want.namespace, want.name)
+    # Read through install's own binding, which a delivery that found it already made (by
+    # another one, a moment ago) did not wait for: a refusal is temporary until it is in force.
+    with granted_at_run_time(want.namespace):
+        found = kube.get_role(want.namespace, want.name)
     if found is not None and found == want and has_labels(found.labels, want.labels):
         return 0
     before_write()
