@@ -3,8 +3,12 @@
 Takes ``io.kubeopera.tenant.provisioning``. Ready means (``waiting_for``): the helm release is
 ``deployed``, the vCluster's StatefulSet has rolled out its current spec with every replica
 ready (``observedGeneration``, ``updatedReplicas``, ``readyReplicas``: after a quota change that
-is the new revision, not the previous boot), and Secret ``vc-{release}`` (written by vcluster)
-has key ``config``. Not yet: 503 with
+is the new revision, not the previous boot), Secret ``vc-{release}`` (written by vcluster)
+has key ``config``, and that very kubeconfig works: the vCluster's API answers ``/readyz``, and
+has its ``kubernetes`` Service and cluster DNS (``shared.vcluster_api``). A vCluster that says it is
+up but cannot be used through the kubeconfig can stay so (one booted with the wrong Service range
+does for ever), so that wait, unlike the boot's normal course, is written on the Tenant: its
+message and its ``Ready`` condition (reason ``VClusterNotServing``), when it changes. Not yet: 503 with
 ``Retry-After: READY_POLL_SECONDS``, so the broker asks again after that long (design.md
 section 4). Replies ``io.kubeopera.tenant.ready``.
 
@@ -35,11 +39,12 @@ from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, Tempora
 from shared.http import Step, function_app
 from shared.kube import Kube, Rollout
 from shared.naming import VCLUSTER_CONFIG_KEY, TenantNames
-from shared.reconcile import live_tenant
+from shared.reconcile import live_tenant, write_status
 from shared.release import DEPLOYED, FAILED, ReleaseRecords, Releases
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import Phase, Tenant, TenantRef, parse_time, utcnow
+from shared.tenant import COND_READY, Condition, Phase, StatusUpdate, Tenant, TenantRef, parse_time, utcnow
+from shared.vcluster_api import VClusterProbe
 
 NAME = "check-ready"
 log = logging.getLogger(__name__)
@@ -71,10 +76,16 @@ def poll_verdict(
     return Poll.AGAIN
 
 
-def waiting_for(release_status: str, rollout: Rollout | None, has_config: bool, names: TenantNames) -> str | None:
+NOT_SERVING = "VClusterNotServing"  # the Ready condition's reason while the kubeconfig does not work yet
+
+
+def waiting_for(
+    release_status: str, rollout: Rollout | None, has_config: bool, names: TenantNames, api_missing: str | None = None
+) -> str | None:
     """What the vCluster is still waiting for, None when it is ready: the release deployed, the
     StatefulSet's current spec rolled out with every replica ready (so after an upgrade the new
-    revision runs, not the previous one), and vcluster's kubeconfig Secret written."""
+    revision runs, not the previous one), vcluster's kubeconfig Secret written, and nothing
+    missing when the vCluster's API is asked through it (``api_missing``)."""
     where = f"{names.namespace}/{names.release}"
     if release_status != DEPLOYED:
         return f"helm release {where} is {release_status}"
@@ -88,18 +99,39 @@ def waiting_for(release_status: str, rollout: Rollout | None, has_config: bool, 
         )
     if not has_config:
         return f"waiting for vcluster to write Secret {names.namespace}/{names.vcluster_secret}"
-    return None
+    return api_missing
 
 
-def _waiting_for(kube: Kube, names: TenantNames, release_status: str) -> str | None:
+def _waiting_for(
+    kube: Kube, vcluster: VClusterProbe, names: TenantNames, release_status: str
+) -> tuple[str | None, str | None]:
+    """What the vCluster waits for, and whether that is its API through the kubeconfig (the
+    second item: what is missing there, else None)."""
     rollout = kube.get_rollout(names.namespace, names.release) if release_status == DEPLOYED else None
-    has_config = False
+    config = None
     if rollout is not None and rollout.done:
         # Readable through install's RoleBinding in this namespace only (shared.access), as is
         # helm's release record (read in handle); a 403 on either is temporary.
         with access.granted_at_run_time(names.namespace):
-            has_config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) is not None
-    return waiting_for(release_status, rollout, has_config, names)
+            config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    api_missing = vcluster.missing(config) if config is not None else None
+    return waiting_for(release_status, rollout, config is not None, names, api_missing), api_missing
+
+
+def _tell_not_serving(kube: Kube, tenant: Tenant, missing: str) -> None:
+    """Write on the Tenant what its vCluster's API lacks, once per change (never ``lastSyncedAt``:
+    the provision timeout still counts from install)."""
+    if tenant.status.message == missing:
+        return
+    write_status(
+        kube,
+        tenant,
+        StatusUpdate(
+            phase=Phase.PROVISIONING,
+            fields={"message": missing},
+            conditions=(Condition(COND_READY, "False", NOT_SERVING, missing, tenant.generation),),
+        ),
+    )
 
 
 def handle(
@@ -109,6 +141,8 @@ def handle(
     event: BaseCloudEvent,
     ref: TenantRef,
     now: datetime | None = None,
+    *,
+    vcluster: VClusterProbe,
 ) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
@@ -123,7 +157,7 @@ def handle(
         raise TemporaryError(f"helm release {names.namespace}/{names.release} does not exist (yet)", retry_after=5)
     if release.status == FAILED:
         raise PermanentError(f"helm release {names.release} revision {release.revision} failed")
-    waiting = _waiting_for(kube, names, release.status)
+    waiting, api_missing = _waiting_for(kube, vcluster, names, release.status)
     moment = now or utcnow()
     if waiting is None:
         log.info("vCluster is ready", extra={"release": names.release, "revision": release.revision})
@@ -137,6 +171,8 @@ def handle(
         return events.make(events.PROVISIONING, NAME, tenant.ref)
     if isinstance(verdict, TenantError):
         raise verdict
+    if api_missing is not None:
+        _tell_not_serving(kube, tenant, api_missing)
     metrics.READY_POLLS.inc()
     raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 
@@ -146,12 +182,13 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     # helm's record read from the API, not `helm status`: no helm process per poll, and this
     # function never loads helm's client (shared.release).
     releases = ReleaseRecords(rt.kube)
+    vcluster = rt.vcluster_api_client()
     return function_app(
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
             accepts=frozenset({events.PROVISIONING}),
-            handle=lambda event, ref: handle(rt.kube, releases, rt.settings, event, ref),
+            handle=lambda event, ref: handle(rt.kube, releases, rt.settings, event, ref, vcluster=vcluster),
             on_permanent=rt.mark_failed,
         ),
         rt.sender_check(),

@@ -10,8 +10,9 @@ Two ways to build a ``Runtime``, and only two:
 - ``Runtime(settings=..., kube=..., helm=..., ...)``: the parts as given, with no environment
   read and no connection made; the unit tests pass ``create_app`` one made of in-memory stand-ins.
 
-The clients only some functions use (helm, kubeopera-api, the broker's sink) are optional parts:
-a function asks for one with ``helm_client()``, ``kubeopera_api_client()`` or ``sink_client()``,
+The clients only some functions use (helm, kubeopera-api, the broker's sink, a vCluster's own API)
+are optional parts: a function asks for one with ``helm_client()``, ``kubeopera_api_client()``,
+``sink_client()`` or ``vcluster_api_client()``,
 which returns the given part or makes it from the settings. So a function that never asks for
 helm never starts a helm process, nor imports pyhelm3 (and pydantic): store-kubeconfig,
 notify-api, dead-letter and resync start faster and hold less memory. Each function asks
@@ -33,6 +34,7 @@ from shared.senders import SenderCheck, SenderPolicy
 from shared.settings import Settings
 from shared.sink import Sink
 from shared.tenant import TenantRef
+from shared.vcluster_api import VClusterApi, VClusterProbe
 
 if TYPE_CHECKING:  # imported by helm_client: a function that never asks for helm never loads pyhelm3
     from shared.helm import Helm
@@ -49,6 +51,7 @@ class Runtime:
     helm: Helm | None = None
     kubeopera_api: KubeoperaApi | None = None
     sink: Sink | None = None
+    vcluster_api: VClusterProbe | None = None
 
     @classmethod
     def from_env(cls, function: str) -> Runtime:
@@ -84,6 +87,10 @@ class Runtime:
             self.settings.internal_service_token,
             self.settings.callback_timeout_seconds,
         )
+
+    def vcluster_api_client(self) -> VClusterProbe:
+        """How check-ready asks a vCluster's API through the kubeconfig it is about to store."""
+        return self.vcluster_api if self.vcluster_api is not None else VClusterApi()
 
     def sink_client(self) -> Sink:
         if self.sink is not None:

@@ -13,7 +13,7 @@
 4. the stand-ins, on the node address so pods reach them: the OCI registry with the stand-in
    chart (over HTTPS with a certificate of the cluster's CA: helm speaks plain HTTP only to
    localhost), the kubeopera-api stand-in, and the vCluster stand-in (a host process watching the
-   API server, as the vCluster pod would);
+   API server, as the vCluster pod would, and serving each vCluster's API behind its Service);
 5. ``deploy/crd`` and ``deploy/base`` with ``eventing/``, changed only where a stand-in or the
    local image must be named (:func:`testbed.cluster.release.project_manifests`), and waits until
    every Knative Service, the Broker, every Trigger and both sources are Ready.
@@ -51,7 +51,7 @@ from testbed.images import build_all
 from testbed.local.project import CHART_DIR, project_path
 from testbed.local.senders import broker_audience
 from testbed.node import NODE_IP, Node, start_node
-from testbed.processes import ProcessError
+from testbed.processes import ProcessError, free_port
 from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
 from testbed.standins.kubeopera_api import ApiStandIn
 from testbed.standins.vcluster import process_spec as vcluster_process
@@ -244,7 +244,14 @@ def _bring_up(
     for kind in ("ksvc", "broker", "trigger", "apiserversource", "pingsource"):
         _wait_ready(node, kind, NAMESPACE)
 
-    node.supervisor.start(vcluster_process(node.kubeconfig, options.vcluster_boot_seconds))
+    # Its vClusters' API on the node address, and each release's Service pointed there by an
+    # EndpointSlice: a function's pod reaches https://vc-<t>.vcluster-<t>.svc through real CoreDNS
+    # and kube-proxy, as it would reach the real vCluster pod.
+    node.supervisor.start(
+        vcluster_process(
+            node.kubeconfig, options.vcluster_boot_seconds, api_port=free_port(), api_host=NODE_IP, endpoints=True
+        )
+    )
     return ClusterStack(
         node=node, tools=tools, registry=registry, chart_ref=chart_ref, api=api, functions=functions, run_dir=run_dir
     )

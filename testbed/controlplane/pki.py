@@ -52,7 +52,9 @@ class CertificateAuthority:
     cert_pem: bytes
     key_pem: bytes
 
-    def issue_serving(self, dns_names: Sequence[str], ip_addresses: Sequence[str]) -> CertKey:
+    def issue_serving(
+        self, dns_names: Sequence[str], ip_addresses: Sequence[str], validity: dt.timedelta = _VALIDITY
+    ) -> CertKey:
         """A TLS server certificate for the given DNS names and IP addresses."""
         san: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
         san += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
@@ -61,15 +63,23 @@ class CertificateAuthority:
             x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
             usage=ExtendedKeyUsageOID.SERVER_AUTH,
             san=san,
+            validity=validity,
         )
 
-    def issue_client(self, user: str, groups: Sequence[str] = ()) -> CertKey:
+    def issue_client(self, user: str, groups: Sequence[str] = (), validity: dt.timedelta = _VALIDITY) -> CertKey:
         """A client certificate that Kubernetes reads as ``user`` in ``groups`` (CN / O)."""
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in groups]
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, user))
-        return self._issue(x509.Name(attributes), usage=ExtendedKeyUsageOID.CLIENT_AUTH, san=[])
+        return self._issue(x509.Name(attributes), usage=ExtendedKeyUsageOID.CLIENT_AUTH, san=[], validity=validity)
 
-    def _issue(self, subject: x509.Name, *, usage: x509.ObjectIdentifier, san: list[x509.GeneralName]) -> CertKey:
+    def _issue(
+        self,
+        subject: x509.Name,
+        *,
+        usage: x509.ObjectIdentifier,
+        san: list[x509.GeneralName],
+        validity: dt.timedelta = _VALIDITY,
+    ) -> CertKey:
         ca_cert = x509.load_pem_x509_certificate(self.cert_pem)
         ca_key = serialization.load_pem_private_key(self.key_pem, password=None)
         if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
@@ -83,7 +93,7 @@ class CertificateAuthority:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - _CLOCK_SKEW)
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after(now + validity)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
@@ -130,8 +140,8 @@ class ControlPlanePKIFiles:
     service_account_public_key: Path
 
 
-def new_ca(common_name: str = "kubeopera-testbed-ca") -> CertificateAuthority:
-    """A fresh self-signed certificate authority (EC P-256, valid for a week)."""
+def new_ca(common_name: str = "kubeopera-testbed-ca", validity: dt.timedelta = _VALIDITY) -> CertificateAuthority:
+    """A fresh self-signed certificate authority (EC P-256, valid for a week unless told)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = dt.datetime.now(dt.UTC)
@@ -142,7 +152,7 @@ def new_ca(common_name: str = "kubeopera-testbed-ca") -> CertificateAuthority:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _CLOCK_SKEW)
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(

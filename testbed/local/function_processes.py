@@ -91,10 +91,13 @@ def start_replica(
 
 
 def _cluster_network(proxy: ServiceProxy) -> dict[str, str]:
-    """A pod's view of the cluster network: Service names through the proxy, loopback direct."""
+    """A pod's view of the cluster network: Service names through the proxy (HTTPS to a Service,
+    a vCluster's API, as a CONNECT tunnel), loopback direct."""
     return {
         "HTTP_PROXY": proxy.url,
         "http_proxy": proxy.url,
+        "HTTPS_PROXY": proxy.url,
+        "https_proxy": proxy.url,
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }

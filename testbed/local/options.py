@@ -14,6 +14,8 @@ class StackOptions:
     api_token: str = field(default="", repr=False)
     vcluster_boot_seconds: float = 20.0
     vcluster_never_boot: str = ""  # releases matching this regular expression never boot
+    vcluster_api_down: str = ""  # ... boot, but their API refuses every connection
+    vcluster_short_names: str = ""  # ... boot with a certificate that ignores controlPlane.proxy.extraSANs
     ready_poll_seconds: int = 15
     cleanup_poll_seconds: int = 5
     resync_at_start: bool = True  # one tick once everything is up, answered before the stack is handed over

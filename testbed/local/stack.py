@@ -72,12 +72,13 @@ from testbed.local.manifests import BROKER, SOURCE, TENANT_NAMESPACE, admitted_m
 from testbed.local.options import StackOptions
 from testbed.local.project import CHART_DIR, project_path
 from testbed.local.ticker import ping_event
-from testbed.processes import ManagedProcess, ProcessSpec, Supervisor
+from testbed.processes import ManagedProcess, ProcessSpec, Supervisor, free_port
 from testbed.registry import push_chart, start_registry
 from testbed.standins import serving as serving_standin
 from testbed.standins.kubelet import KubeletStandIn
 from testbed.standins.kubeopera_api import ApiStandIn
 from testbed.standins.service_proxy import ServiceProxy
+from testbed.standins.vcluster import Faults
 from testbed.standins.vcluster import process_spec as vcluster_process
 from testbed.toolchain import Toolchain, ensure_all
 
@@ -325,7 +326,10 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 if doc["kind"] == "EventPolicy":
                     eventing.wait_ready(TENANT_NAMESPACE, "eventpolicy", doc["metadata"]["name"])
 
-            sup.start(_vcluster_standin(admin, options))
+            vcluster_api_port = free_port()
+            sup.start(_vcluster_standin(admin, options, vcluster_api_port))
+            for suffix in (".svc", ".svc.cluster.local"):  # what cluster DNS and kube-proxy would do for HTTPS
+                proxy.tunnels.add_suffix(suffix, vcluster_api_port)
             result = Stack(
                 admin_kubeconfig=admin,
                 run_dir=run_dir,
@@ -371,6 +375,7 @@ def _sink_bindings(manifests: list[dict[str, Any]], functions: Mapping[str, str]
     return found
 
 
-def _vcluster_standin(admin: Path, options: StackOptions) -> ProcessSpec:
-    """The vCluster stand-in (:mod:`testbed.standins.vcluster`) as a process."""
-    return vcluster_process(admin, options.vcluster_boot_seconds, options.vcluster_never_boot)
+def _vcluster_standin(admin: Path, options: StackOptions, api_port: int) -> ProcessSpec:
+    """The vCluster stand-in (:mod:`testbed.standins.vcluster`) as a process, its vClusters' API on ``api_port``."""
+    faults = Faults(options.vcluster_never_boot, options.vcluster_api_down, options.vcluster_short_names)
+    return vcluster_process(admin, options.vcluster_boot_seconds, faults, api_port=api_port)

@@ -14,7 +14,13 @@ Because every hop of an event crosses it (source → ingress → channel → fil
 reply back to the ingress, the dead-letter delivery), the proxy is also where the test bed watches
 the real broker work: each forwarded request is kept as a :class:`Hop` (what was asked, of whom,
 and what came back), the way a packet capture on the cluster network would see it. Nothing is
-changed on the way; plain HTTP only (no CONNECT), as the data plane uses in the cluster domain.
+changed on the way; plain HTTP, as the data plane uses in the cluster domain.
+
+HTTPS to a Service (check-ready asking a vCluster's API at ``https://vc-<t>.vcluster-<t>.svc:443``)
+comes as ``CONNECT host:443`` (the functions' ``HTTPS_PROXY``): the proxy opens a byte tunnel to
+the port :attr:`ServiceProxy.tunnels` maps the host to, and the TLS inside is end to end between
+the client and that server (SNI, certificates and all). A host no tunnel route names is answered
+502, as a name cluster DNS does not know leaves the client without a connection.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from __future__ import annotations
 import http.client
 import http.server
 import logging
+import select
+import socket
 import socketserver
 import threading
 import time
@@ -135,7 +143,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _forward
 
     def do_CONNECT(self) -> None:  # noqa: N802 - http.server's naming
-        self.send_error(405, "the service proxy forwards plain HTTP only")
+        self.server.proxy._tunnel(self)
 
 
 class ServiceProxy:
@@ -143,6 +151,7 @@ class ServiceProxy:
 
     def __init__(self) -> None:
         self.routes = Routes()
+        self.tunnels = Routes()  # CONNECT host → (address, port): HTTPS to a Service
         self._hops: list[Hop] = []
         self._in_flight = 0
         self._changed = threading.Condition()
@@ -256,6 +265,34 @@ class ServiceProxy:
                 except Exception:  # a watcher's bug must not break the network
                     log.exception("service proxy listener failed")
 
+    def _tunnel(self, request: _Handler) -> None:
+        """``CONNECT host:port``: a byte tunnel to where :attr:`tunnels` maps the host, kept as one hop."""
+        started = time.time()
+        host = request.path.rsplit(":", 1)[0].strip("[]")
+        target = self.tunnels.lookup(host)
+        status = 502
+        try:
+            upstream = socket.create_connection(target, timeout=10) if target is not None else None
+        except OSError:
+            upstream = None
+        try:
+            if upstream is None:
+                request.send_error(502, f"service proxy: no Service answers for {host!r}")
+                return
+            status = 200
+            request.send_response_only(200, "Connection established")
+            request.end_headers()
+            request.wfile.flush()
+            _relay(request.connection, upstream)
+            request.close_connection = True
+        finally:
+            if upstream is not None:
+                upstream.close()
+            hop = Hop(started, time.time(), "CONNECT", host.lower(), "", status)
+            with self._changed:
+                self._hops.append(hop)
+                self._changed.notify_all()
+
     def _exchange(
         self, target: tuple[str, int], method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -292,3 +329,20 @@ class ServiceProxy:
                 request.wfile.write(data)
         except OSError:  # the client gave up (its request was cancelled)
             request.close_connection = True
+
+
+def _relay(client: socket.socket, upstream: socket.socket, idle_seconds: float = 60.0) -> None:
+    """Copy bytes both ways until either side closes (or nothing moves for ``idle_seconds``)."""
+    sockets = [client, upstream]
+    while True:
+        readable, _, _ = select.select(sockets, [], [], idle_seconds)
+        if not readable:
+            return
+        for sock in readable:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            (upstream if sock is client else client).sendall(data)

@@ -9,22 +9,34 @@ system observes of a booted vCluster, for every StatefulSet labelled ``app=vclus
   StatefulSet controller and the kubelet would once that generation's pod is ready
   (``observedGeneration``, ``replicas``, ``readyReplicas``, ``updatedReplicas``, revisions);
 - then it writes Secret ``vc-<release>`` into the release namespace, with key ``config`` holding
-  a well-formed kubeconfig, as vcluster 0.21 does (plus ``certificate-authority``,
-  ``client-certificate`` and ``client-key``). The kubeconfig's server is
-  ``exportKubeConfig.server`` from the release's values, or vcluster's default
-  ``https://localhost:8443``; the values are read from helm's own record of the deployed release
-  (Secret ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON).
+  the kubeconfig vcluster 0.21 exports (plus ``certificate-authority``, ``client-certificate`` and
+  ``client-key``): the server is ``exportKubeConfig.server`` from the release's values, or
+  vcluster's default ``https://localhost:8443``; the CA is the vCluster's own, made at its first
+  boot and kept for its life (as on the real one's PVC), and the user a ``system:masters`` client
+  certificate of that CA valid for 10 years. The values are read from helm's own record of the
+  deployed release (Secret ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON);
+- and its API answers through that kubeconfig (:mod:`testbed.standins.vcluster_api`): TLS with
+  the real chart's certificate names (``<release>``, ``<release>.<namespace>``, ``localhost``,
+  the Service's cluster IP, and ``controlPlane.proxy.extraSANs``), ``/readyz``, and the
+  ``kubernetes`` and ``kube-dns`` Services. With ``--endpoints`` it also points the release's
+  Service at that port with an EndpointSlice, so pods on the cluster tier reach it through real
+  kube-proxy.
 
 It refuses to boot where the real vcluster 0.21.2 does not: its syncer gives the virtual
 ``kubernetes`` Service the cluster IP the host gave Service ``<release>``, and the virtual API
 server allocates it from the values' ``serviceCIDR``. Without one, the syncer's detection fails on
 an API server of 1.33+ and falls back to 10.96.0.0/12. When the host's IP is outside that range
 the real syncer crash-loops; so does this stand-in: it logs the syncer's two messages once per
-generation and never reports the StatefulSet ready nor writes its Secret.
+generation and never reports the StatefulSet ready nor writes its Secret. Like the real one, a
+vCluster that crashed so keeps the wrong range: a later generation with the right ``serviceCIDR``
+boots, but its API has no ``kubernetes`` Service and no cluster DNS.
 
-Run: ``python -m testbed.standins.vcluster --kubeconfig PATH --boot-seconds 20`` (and
-``--never-boot REGEX`` for releases that must never come up, the fault of a vCluster that does
-not boot).
+Faults, by regular expressions on the release name: ``--never-boot`` (never comes up),
+``--api-down`` (boots, writes its Secret, but its API refuses every connection) and
+``--short-names`` (its certificate ignores ``controlPlane.proxy.extraSANs``, as the chart's default
+certificate does).
+
+Run: ``python -m testbed.standins.vcluster --kubeconfig PATH --boot-seconds 20 --api-port 0``.
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Self
 
@@ -51,15 +65,53 @@ from kubernetes.client.exceptions import ApiException
 from shared import logs
 from shared.errors import TemporaryError, TenantError
 from shared.kube import Kube
+from testbed.controlplane import pki
 from testbed.processes import ProcessSpec
+from testbed.standins.vcluster_api import VirtualApi, VirtualApiServer
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVER = "https://localhost:8443"
 RELEASE_SELECTOR = "owner=helm,status=deployed"
 SELECTOR = "app=vcluster"  # the chart's StatefulSet
-_FAKE_PEM = "-----BEGIN CERTIFICATE-----\nc3RhbmQtaW4gY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"
-_FAKE_KEY = "-----BEGIN PRIVATE KEY-----\nc3RhbmQtaW4ga2V5\n-----END PRIVATE KEY-----\n"
+TEN_YEARS = timedelta(days=3650)  # what vcluster 0.21.2 gives its CA and the exported client certificate
+ADMIN_USER, ADMIN_GROUP = "kube-admin", "system:masters"
+ENDPOINTS_MANAGER = "vcluster-standin.kubeopera.io"  # endpointslice.kubernetes.io/managed-by
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Releases (regular expressions on the name; empty: none) that fail as a real vCluster can."""
+
+    never_boot: str = ""
+    api_down: str = ""
+    short_names: str = ""
+
+    def matches(self, fault: str, release: str) -> bool:
+        pattern = str(getattr(self, fault))
+        return bool(pattern) and re.fullmatch(pattern, release) is not None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a vCluster makes at its first boot and keeps on its PVC: its CA and the admin credential."""
+
+    ca: pki.CertificateAuthority
+    admin: pki.CertKey
+
+    @classmethod
+    def new(cls, release: str) -> Identity:
+        ca = pki.new_ca(f"vcluster-ca-{release}", validity=TEN_YEARS)
+        return cls(ca, ca.issue_client(ADMIN_USER, [ADMIN_GROUP], validity=TEN_YEARS))
+
+
+@dataclass
+class _Life:
+    """One StatefulSet's life (its uid): its identity and the Service range its first boot kept."""
+
+    identity: Identity
+    wrong_range: bool = False
+    booted: set[int] = field(default_factory=set)
 
 
 def release_values(record: bytes) -> dict[str, Any]:
@@ -100,48 +152,83 @@ def boot_refusal(values: dict[str, Any], host_ip: str) -> list[str]:
     return []
 
 
-def kubeconfig_for(server: str, context: str = "my-vcluster") -> bytes:
-    """A kubeconfig shaped like the one vcluster exports (credentials are placeholders)."""
+def kubeconfig_for(server: str, identity: Identity, context: str = "my-vcluster") -> bytes:
+    """The kubeconfig vcluster exports: its server, its CA, the admin's client certificate, inline."""
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": context, "cluster": {"server": server, "certificate-authority-data": _b64(_FAKE_PEM)}}],
+        "clusters": [
+            {"name": context, "cluster": {"server": server, "certificate-authority-data": _b64(identity.ca.cert_pem)}}
+        ],
         "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
         "current-context": context,
         "preferences": {},
         "users": [
-            {"name": context, "user": {"client-certificate-data": _b64(_FAKE_PEM), "client-key-data": _b64(_FAKE_KEY)}}
+            {
+                "name": context,
+                "user": {
+                    "client-certificate-data": _b64(identity.admin.cert_pem),
+                    "client-key-data": _b64(identity.admin.key_pem),
+                },
+            }
         ],
     }
     return yaml.safe_dump(doc, sort_keys=False).encode()
 
 
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
+def serving_names(release: str, namespace: str, values: dict[str, Any]) -> list[str]:
+    """The DNS names of the real chart's serving certificate, ``controlPlane.proxy.extraSANs`` last."""
+    proxy = (values.get("controlPlane") or {}).get("proxy") or {}
+    extra = [str(n) for n in proxy.get("extraSANs") or []] if isinstance(proxy, dict) else []
+    names = [release, f"{release}.{namespace}", "localhost"]
+    return names + [n for n in extra if n not in names]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 class VClusterStandIn:
     """Boots each StatefulSet generation of a vCluster ``boot_seconds`` after it first sees it."""
 
     def __init__(
-        self, kube: Kube, apps: Any, core: Any, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = ""
+        self,
+        kube: Kube,
+        apps: Any,
+        core: Any,
+        boot_seconds: float,
+        poll_seconds: float = 0.5,
+        faults: Faults = Faults(),
+        api: VirtualApiServer | None = None,
+        discovery: Any = None,
+        endpoint_host: str = "",
     ) -> None:
         self._kube = kube
         self._apps = apps  # kubernetes.client.AppsV1Api: the StatefulSet controller's part
         self._core = core  # kubernetes.client.CoreV1Api: the cluster IP of the vCluster's Service
+        self._discovery = discovery  # kubernetes.client.DiscoveryV1Api: EndpointSlices, with --endpoints
+        self._endpoint_host = endpoint_host
+        self._api = api
         self._crashed: set[tuple[str, int]] = set()  # generations whose crash was logged
         self._boot_seconds = boot_seconds
-        # Releases whose name matches never boot: the fault "the vCluster never comes up".
-        self._never_boot = re.compile(never_boot) if never_boot else None
+        self._faults = faults
         self._poll = poll_seconds
         # Keyed by StatefulSet uid and generation: a new generation (an upgrade) boots again, and
         # so does a release installed again under the same name (a new uid).
         self._first_seen: dict[tuple[str, int], float] = {}
-        self._booted: set[tuple[str, int]] = set()
+        self._lives: dict[str, _Life] = {}  # by StatefulSet uid
         self._stop = threading.Event()
 
     @classmethod
-    def connect(cls, kubeconfig: Path, boot_seconds: float, poll_seconds: float = 0.5, never_boot: str = "") -> Self:
+    def connect(
+        cls,
+        kubeconfig: Path,
+        boot_seconds: float,
+        poll_seconds: float = 0.5,
+        faults: Faults = Faults(),
+        api: VirtualApiServer | None = None,
+        endpoint_host: str = "",
+    ) -> Self:
         configuration = k8s.Configuration()
         k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         client = k8s.ApiClient(configuration)
@@ -151,20 +238,30 @@ class VClusterStandIn:
             k8s.CoreV1Api(client),
             boot_seconds,
             poll_seconds,
-            never_boot,
+            faults,
+            api,
+            k8s.DiscoveryV1Api(client) if endpoint_host else None,
+            endpoint_host,
         )
+
+    def identity(self, uid: str) -> Identity | None:
+        """The CA and admin credential of the StatefulSet ``uid``'s vCluster, once it has booted."""
+        life = self._lives.get(uid)
+        return life.identity if life is not None else None
 
     def step(self, now: float | None = None) -> list[str]:
         """One poll; returns the ``vc-<release>`` Secrets written in it as ``namespace/name``."""
         moment = time.monotonic() if now is None else now
         written = []
         for sts in self._apps.list_stateful_set_for_all_namespaces(label_selector=SELECTOR).items:
-            namespace, release = sts.metadata.namespace, sts.metadata.name
-            key = (sts.metadata.uid, int(sts.metadata.generation or 0))
+            namespace, release, uid = sts.metadata.namespace, sts.metadata.name, str(sts.metadata.uid)
+            generation = int(sts.metadata.generation or 0)
+            key = (uid, generation)
             self._first_seen.setdefault(key, moment)
-            if key in self._booted or moment - self._first_seen[key] < self._boot_seconds:
+            life = self._lives.get(uid)
+            if life is not None and generation in life.booted or moment - self._first_seen[key] < self._boot_seconds:
                 continue
-            if self._never_boot and self._never_boot.fullmatch(release):
+            if self._faults.matches("never_boot", release):
                 continue
             try:
                 server = self._boot(namespace, release, sts)
@@ -173,17 +270,18 @@ class VClusterStandIn:
                 continue
             if server is None:
                 continue
-            self._booted.add(key)
+            self._lives[uid].booted.add(generation)
             written.append(f"{namespace}/vc-{release}")
             log.info(
                 "vCluster booted",
-                extra={"namespace": namespace, "release": release, "generation": key[1], "server": server},
+                extra={"namespace": namespace, "release": release, "generation": generation, "server": server},
             )
         return written
 
     def _boot(self, namespace: str, release: str, sts: Any) -> str | None:
         """Report the generation rolled out and ready, then write ``vc-<release>`` as vcluster
-        would; return the server it names (None: helm has not recorded the release deployed)."""
+        would and serve its API; return the server it names (None: helm has not recorded the
+        release deployed, or the vCluster crash-loops)."""
         records = [
             name
             for ns, name, _, labels in self._kube.list_secrets(f"{RELEASE_SELECTOR},name={release}")
@@ -196,9 +294,13 @@ class VClusterStandIn:
             return None
         values = release_values(record)
         service = self._core.read_namespaced_service(release, namespace)
-        refusal = boot_refusal(values, str(service.spec.cluster_ip))
+        host_ip = str(service.spec.cluster_ip)
+        uid = str(sts.metadata.uid)
+        life = self._lives.setdefault(uid, _Life(Identity.new(release)))
+        refusal = boot_refusal(values, host_ip)
         if refusal:
-            key = (str(sts.metadata.uid), int(sts.metadata.generation or 0))
+            life.wrong_range = True  # the first boot's range is on the PVC from now on
+            key = (uid, int(sts.metadata.generation or 0))
             if key not in self._crashed:
                 self._crashed.add(key)
                 for line in refusal:
@@ -217,12 +319,14 @@ class VClusterStandIn:
             "updateRevision": revision,
         }
         self._apps.patch_namespaced_stateful_set_status(release, namespace, {"status": status})
+        self._serve(namespace, release, values, host_ip, life)
         server = exported_server(values)
+        identity = life.identity
         data = {
-            "config": kubeconfig_for(server),
-            "certificate-authority": _FAKE_PEM.encode(),
-            "client-certificate": _FAKE_PEM.encode(),
-            "client-key": _FAKE_KEY.encode(),
+            "config": kubeconfig_for(server, identity),
+            "certificate-authority": identity.ca.cert_pem,
+            "client-certificate": identity.admin.cert_pem,
+            "client-key": identity.admin.key_pem,
         }
         current = self._kube.get_secret(namespace, f"vc-{release}")
         if current is None or current.data != data:
@@ -234,6 +338,52 @@ class VClusterStandIn:
                 None if current is None else current.resource_version,
             )
         return server
+
+    def _serve(self, namespace: str, release: str, values: dict[str, Any], host_ip: str, life: _Life) -> None:
+        """Publish the vCluster's API (and, on the cluster tier, point its Service at it)."""
+        if self._api is None:
+            return
+        names = serving_names(release, namespace, {} if self._faults.matches("short_names", release) else values)
+        serving = life.identity.ca.issue_serving(names, [host_ip, "127.0.0.1"], validity=TEN_YEARS)
+        self._api.publish(
+            VirtualApi(
+                namespace=namespace,
+                release=release,
+                names=tuple(names),
+                ca=life.identity.ca,
+                serving=serving,
+                kubernetes_ip=None if life.wrong_range else host_ip,
+                down=self._faults.matches("api_down", release),
+            )
+        )
+        if self._discovery is not None:
+            self._point_service(namespace, release)
+
+    def _point_service(self, namespace: str, release: str) -> None:
+        """An EndpointSlice of Service ``release`` (port ``https``) at this process's API port."""
+        assert self._api is not None
+        name = f"{release}-standin"
+        body = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    "kubernetes.io/service-name": release,
+                    "endpointslice.kubernetes.io/managed-by": ENDPOINTS_MANAGER,
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [self._endpoint_host], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": self._api.port, "protocol": "TCP"}],
+        }
+        try:
+            self._discovery.create_namespaced_endpoint_slice(namespace, body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            self._discovery.replace_namespaced_endpoint_slice(name, namespace, body)
 
     def run(self) -> None:
         while not self._stop.is_set():
@@ -247,22 +397,36 @@ class VClusterStandIn:
         self._stop.set()
 
 
-def process_spec(kubeconfig: Path, boot_seconds: float, never_boot: str = "") -> ProcessSpec:
-    """This stand-in as a process of the test bed (``python -m testbed.standins.vcluster``)."""
-    return ProcessSpec(
-        name="vcluster-standin",
-        argv=(
-            sys.executable,
-            "-m",
-            "testbed.standins.vcluster",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--boot-seconds",
-            str(boot_seconds),
-            "--never-boot",
-            never_boot,
-        ),
-    )
+def process_spec(
+    kubeconfig: Path,
+    boot_seconds: float,
+    faults: Faults = Faults(),
+    api_port: int = 0,
+    api_host: str = "127.0.0.1",
+    endpoints: bool = False,
+) -> ProcessSpec:
+    """This stand-in as a process of the test bed (``python -m testbed.standins.vcluster``); its
+    vClusters' API on ``api_host:api_port`` (0: none served)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "testbed.standins.vcluster",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--boot-seconds",
+        str(boot_seconds),
+        "--never-boot",
+        faults.never_boot,
+        "--api-down",
+        faults.api_down,
+        "--short-names",
+        faults.short_names,
+    ]
+    if api_port:
+        argv += ["--api-host", api_host, "--api-port", str(api_port)]
+    if endpoints:
+        argv.append("--endpoints")
+    return ProcessSpec(name="vcluster-standin", argv=tuple(argv))
 
 
 def _revision(record_name: str) -> int:
@@ -276,13 +440,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boot-seconds", type=float, default=5.0)
     parser.add_argument("--poll-seconds", type=float, default=0.5)
     parser.add_argument("--never-boot", default="", help="regular expression: releases it matches never boot")
+    parser.add_argument("--api-down", default="", help="regular expression: releases whose API refuses connections")
+    parser.add_argument("--short-names", default="", help="regular expression: certificates without the extraSANs")
+    parser.add_argument("--api-host", default="127.0.0.1", help="where the vClusters' API listens")
+    parser.add_argument("--api-port", type=int, default=0, help="the vClusters' API port (0: no API served)")
+    parser.add_argument("--endpoints", action="store_true", help="point each vCluster's Service at the API port")
     args = parser.parse_args(argv)
     logs.configure("INFO", component="vcluster-standin")
-    standin = VClusterStandIn.connect(args.kubeconfig, args.boot_seconds, args.poll_seconds, args.never_boot)
+    api = VirtualApiServer(args.api_host, args.api_port).start() if args.api_port else None
+    standin = VClusterStandIn.connect(
+        args.kubeconfig,
+        args.boot_seconds,
+        args.poll_seconds,
+        Faults(args.never_boot, args.api_down, args.short_names),
+        api,
+        args.api_host if args.endpoints else "",
+    )
     signal.signal(signal.SIGTERM, lambda *_: standin.stop())
     signal.signal(signal.SIGINT, lambda *_: standin.stop())
-    log.info("vCluster stand-in running", extra={"boot_seconds": args.boot_seconds})
-    standin.run()
+    log.info("vCluster stand-in running", extra={"boot_seconds": args.boot_seconds, "api_port": args.api_port})
+    try:
+        standin.run()
+    finally:
+        if api is not None:
+            api.stop()
     return 0
 
 

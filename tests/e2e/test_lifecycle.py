@@ -28,6 +28,7 @@ import yaml
 
 from shared.kube import Kube
 from shared.tenant import Tenant
+from shared.vcluster_api import VClusterApi
 from testbed.controlplane import as_syncer
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
@@ -62,6 +63,8 @@ CS_KIM = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e68"
 CS_LEE = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e69"
 CS_NED = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6a"
 CS_FAY = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6b"
+CS_DARK = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6c"
+CS_NARROW = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6d"
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,8 @@ def pipeline() -> Iterator[Stack]:
         api_token="lifecycle-token",
         vcluster_boot_seconds=3,
         vcluster_never_boot=r"vc-stuck-.*",
+        vcluster_api_down=r"vc-dark-.*",  # boots and writes its kubeconfig; its API never answers
+        vcluster_short_names=r"vc-narrow-.*",  # its certificate leaves out the .svc names
         ready_poll_seconds=2,
         provision_timeout_seconds=TIMEOUT_SECONDS,
         cleanup_poll_seconds=1,
@@ -432,6 +437,58 @@ def test_a_tenant_that_never_boots_fails_at_its_timeout_not_by_dead_letter(pipel
     # with the timeout's own message and the dead letter changed nothing.
     assert all(a.status == 204 for a in dead)
     assert reasons(pipeline, "stuck-jo")[-1] == "ProvisionTimeout"
+
+
+def test_ready_was_proven_through_the_kubeconfig_the_customer_gets(
+    pipeline: Stack, kube: Kube, bob: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check-ready reached bob's vCluster at the stored server name, over TLS with its own CA; the
+    stored kubeconfig works the same way for anyone on the cluster network."""
+    host = "vc-bob-dev.vcluster-bob-dev.svc"
+    tunnels = [h for h in pipeline.proxy.hops() if h.method == "CONNECT" and h.host == host]
+    assert tunnels and all(h.status == 200 for h in tunnels)
+    stored = kube.read_secret_key(TENANT_NAMESPACE, f"tenant-{CS_BOB}-kubeconfig", "kubeconfig")
+    assert stored is not None
+    monkeypatch.setenv("HTTPS_PROXY", pipeline.proxy.url)  # this test's way onto the cluster network
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    assert VClusterApi().missing(stored) is None
+
+
+def test_a_vcluster_up_but_unusable_stays_provisioning_saying_why_then_fails_at_its_timeout(
+    pipeline: Stack, kube: Kube
+) -> None:
+    """Its StatefulSet is ready and its Secret written, the old definition of Ready; but its API
+    does not answer (dark) or its certificate does not cover the exported name (narrow)."""
+    apply(pipeline, "dark-uma", CS_DARK)
+    apply(pipeline, "narrow-val", CS_NARROW)
+    expected = {
+        "dark-uma": "the vCluster's API at https://vc-dark-uma.vcluster-dark-uma.svc:443 cannot be reached",
+        "narrow-val": "certificate is not valid for 'vc-narrow-val.vcluster-narrow-val.svc'",
+    }
+    for name, words in expected.items():
+        waiting = wait_for(
+            f"{name} says why it waits",
+            lambda name=name, words=words: (  # type: ignore[misc]
+                t if (t := kube.get_tenant(TENANT_NAMESPACE, name)) and words in t.status.message else None
+            ),
+            timeout=60,
+        )
+        assert waiting.status.phase is not None and waiting.status.phase.value == "Provisioning"
+        ready = waiting.status.condition("Ready")
+        assert ready is not None and (ready.status, ready.reason) == ("False", "VClusterNotServing")
+        assert words in ready.message
+        rollout = kube.get_rollout(f"vcluster-{name}", f"vc-{name}")
+        assert rollout is not None and rollout.done  # what Ready used to mean (VClusterNotServing: its Secret too)
+    for name, words in expected.items():
+        failed = wait_for(
+            f"{name} Failed", lambda name=name: phase_of(kube, name, "Failed"), timeout=TIMEOUT_SECONDS + 40
+        )  # type: ignore[misc]
+        assert words in failed.status.message and "PROVISION_TIMEOUT_SECONDS" in failed.status.message
+        ready = failed.status.condition("Ready")
+        assert ready is not None and ready.reason == "ProvisionTimeout"
+    stored = [s for s in (f"tenant-{CS_DARK}-kubeconfig", f"tenant-{CS_NARROW}-kubeconfig")]
+    assert all(kube.get_secret(TENANT_NAMESPACE, s) is None for s in stored), "nothing handed over"
+    assert not patches_for(pipeline, CS_DARK) and not patches_for(pipeline, CS_NARROW), "kubeopera-api never told"
 
 
 def test_a_tenant_made_by_the_previous_version_is_adopted_once(pipeline: Stack, kube: Kube) -> None:

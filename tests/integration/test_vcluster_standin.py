@@ -3,7 +3,10 @@ ready (as the StatefulSet controller and kubelet would), and writes ``vc-<releas
 0.21 does, honouring ``exportKubeConfig.server`` from the release's values (read from helm's own
 record). An upgrade that changes the pod template boots again. Like the real vcluster 0.21.2 on a
 v1.34 host, it never boots without the host's Service range in ``serviceCIDR``, nor with a range
-that does not hold the cluster IP the host gave its Service."""
+that does not hold the cluster IP the host gave its Service. Its API answers check-ready's probe
+(shared.vcluster_api) through the exported kubeconfig over TLS, and fails it where the real one
+would: down, a certificate without the asked name, another vCluster's credentials, and a range kept
+from a first boot that crashed."""
 
 from __future__ import annotations
 
@@ -16,8 +19,11 @@ import yaml
 
 from shared.helm import Helm
 from shared.kube import Kube
+from shared.vcluster_api import VClusterApi
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
-from testbed.standins.vcluster import DEFAULT_SERVER, VClusterStandIn
+from testbed.standins.service_proxy import ServiceProxy
+from testbed.standins.vcluster import DEFAULT_SERVER, Faults, VClusterStandIn
+from testbed.standins.vcluster_api import VirtualApiServer
 from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration
@@ -135,3 +141,123 @@ def test_standin_never_boots_without_the_hosts_service_range(
     for message, part in zip(errors, logged, strict=True):
         assert part in message, errors
     assert errors[-1].endswith("the provided network does not match the current range")
+
+
+# --------------------------------------------------------------------------- its API, as check-ready asks it
+
+
+@pytest.fixture
+def api_server() -> Iterator[VirtualApiServer]:
+    server = VirtualApiServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cluster_network(api_server: VirtualApiServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServiceProxy]:
+    """A client's way to https://<name>.svc:443: the service proxy's CONNECT tunnel to the stand-in's API."""
+    with ServiceProxy() as proxy:
+        proxy.tunnels.add_suffix(".svc", api_server.port)
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # the API server stays direct, as for the functions
+        monkeypatch.delenv("no_proxy", raising=False)
+        yield proxy
+
+
+def values_for(release: str, namespace: str, **more: object) -> dict[str, object]:
+    """What install sends that the API depends on: the range, the server, the extra certificate names."""
+    svc = f"{release}.{namespace}.svc"
+    return (
+        HOST
+        | {
+            "exportKubeConfig": {"server": f"https://{svc}:443"},
+            "controlPlane": {"proxy": {"extraSANs": [svc, f"{svc}.cluster.local"]}},
+        }
+        | more
+    )
+
+
+def test_a_booted_vcluster_answers_through_exactly_the_kubeconfig_it_exported(
+    toolchain: Toolchain,
+    chart_ref: str,
+    kube_admin_kubeconfig: Path,
+    kube: Kube,
+    test_namespace: str,
+    tmp_path: Path,
+    api_server: VirtualApiServer,
+    cluster_network: ServiceProxy,
+) -> None:
+    helm = Helm(
+        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+    )
+    for release in ("vc-good", "vc-down", "vc-short"):
+        helm.install_or_upgrade(release, test_namespace, values_for(release, test_namespace))
+    faults = Faults(api_down="vc-down", short_names="vc-short")
+    standin = VClusterStandIn.connect(kube_admin_kubeconfig, boot_seconds=0, faults=faults, api=api_server)
+    standin.step(now=1000.0)
+
+    good = kube.read_secret_key(test_namespace, "vc-vc-good", "config")
+    assert good is not None
+    assert VClusterApi().missing(good) is None
+    assert [h.host for h in cluster_network.hops() if h.method == "CONNECT"] == [f"vc-good.{test_namespace}.svc"]
+
+    down = kube.read_secret_key(test_namespace, "vc-vc-down", "config")
+    assert down is not None
+    assert (VClusterApi().missing(down) or "").startswith(
+        f"the vCluster's API at https://vc-down.{test_namespace}.svc:443 cannot be reached with the stored kubeconfig: "
+    )
+
+    short = kube.read_secret_key(test_namespace, "vc-vc-short", "config")
+    assert short is not None
+    missing = VClusterApi().missing(short) or ""
+    assert "cannot be reached with the stored kubeconfig: TLS: " in missing and "Hostname mismatch" in missing, missing
+
+    # Another vCluster's credentials: its CA does not vouch for this server, its certificate is not this CA's.
+    other = yaml.safe_load(good)
+    foreign = yaml.safe_load(short)
+    other["clusters"][0]["cluster"]["certificate-authority-data"] = foreign["clusters"][0]["cluster"][
+        "certificate-authority-data"
+    ]
+    assert "certificate verify failed" in (VClusterApi().missing(yaml.safe_dump(other).encode()) or "")
+    other = yaml.safe_load(good)
+    other["users"][0]["user"] = foreign["users"][0]["user"]
+    assert "cannot be reached with the stored kubeconfig: TLS: " in (
+        VClusterApi().missing(yaml.safe_dump(other).encode()) or ""
+    )
+
+
+def test_a_vcluster_that_first_booted_with_the_wrong_range_works_nowhere_after_the_fix(
+    toolchain: Toolchain,
+    chart_ref: str,
+    kube_admin_kubeconfig: Path,
+    kube: Kube,
+    test_namespace: str,
+    tmp_path: Path,
+    api_server: VirtualApiServer,
+    cluster_network: ServiceProxy,
+) -> None:
+    """The real vcluster 0.21.2 keeps the range of its first boot on its PVC: upgraded with the right
+    ``serviceCIDR`` it runs and exports its kubeconfig, but has no ``kubernetes`` Service and no DNS."""
+    helm = Helm(
+        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+    )
+    wrong = values_for("vc-kept", test_namespace)
+    del wrong["serviceCIDR"]
+    helm.install_or_upgrade("vc-kept", test_namespace, wrong)
+    standin = VClusterStandIn.connect(kube_admin_kubeconfig, boot_seconds=0, api=api_server)
+    assert not [w for w in standin.step(now=1000.0) if w.startswith(f"{test_namespace}/")]
+
+    fixed = values_for("vc-kept", test_namespace)
+    fixed["controlPlane"] = dict(fixed["controlPlane"]) | {  # type: ignore[arg-type]
+        "statefulSet": {"resources": {"requests": {"cpu": "1"}}}  # a new pod template: a new generation
+    }
+    helm.install_or_upgrade("vc-kept", test_namespace, fixed)
+    assert [w for w in standin.step(now=1001.0) if w.startswith(f"{test_namespace}/")] == [
+        f"{test_namespace}/vc-vc-kept"
+    ]
+    config = kube.read_secret_key(test_namespace, "vc-vc-kept", "config")
+    assert config is not None
+    assert VClusterApi().missing(config) == (
+        f"the vCluster's API at https://vc-kept.{test_namespace}.svc:443: Service default/kubernetes does not exist "
+        "(GET /api/v1/namespaces/default/services/kubernetes answered 404)"
+    )

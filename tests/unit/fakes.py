@@ -664,6 +664,19 @@ class FakeSink:
             self.kube.journal.append(("send", event.get_type()))
 
 
+class FakeVClusterApi:
+    """A vCluster's API as check-ready asks it: records each kubeconfig and answers ``missing``
+    (None: the vCluster works through it)."""
+
+    def __init__(self, missing: str | None = None) -> None:
+        self.missing_now = missing
+        self.asked: list[bytes] = []
+
+    def missing(self, kubeconfig: bytes) -> str | None:
+        self.asked.append(kubeconfig)
+        return self.missing_now
+
+
 class FakeKubeoperaApi:
     """kubeopera-api's client: records each report and answers ``result``."""
 

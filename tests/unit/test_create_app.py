@@ -35,6 +35,7 @@ from .fakes import (
     FakeKube,
     FakeKubeoperaApi,
     FakeSink,
+    FakeVClusterApi,
     apiserver_event,
     deliver,
     ref_of,
@@ -68,7 +69,14 @@ def poisoned_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 
 def stand_ins(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi, sink: FakeSink | None = None) -> Runtime:
-    return Runtime(settings=SETTINGS, kube=kube, helm=helm, kubeopera_api=api, sink=sink or FakeSink(kube))
+    return Runtime(
+        settings=SETTINGS,
+        kube=kube,
+        helm=helm,
+        kubeopera_api=api,
+        sink=sink or FakeSink(kube),
+        vcluster_api=FakeVClusterApi(),
+    )
 
 
 def reply(response: TestResponse) -> BaseCloudEvent:
@@ -238,7 +246,9 @@ def test_resync_redrives_a_tenant_on_the_tick(kube: FakeKube, helm: FakeHelm, ap
 
 def test_resync_without_a_sink_serves_and_asks_for_redelivery() -> None:
     """Its first revision starts before the SinkBinding can inject K_SINK: it must not crash."""
-    runtime = Runtime(settings=SETTINGS, kube=FakeKube(), helm=None, kubeopera_api=None, sink=None)
+    runtime = Runtime(
+        settings=SETTINGS, kube=FakeKube(), helm=None, kubeopera_api=None, sink=None, vcluster_api=FakeVClusterApi()
+    )
     app = resync.create_app(runtime)
     headers = {
         "ce-specversion": "1.0",

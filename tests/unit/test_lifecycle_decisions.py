@@ -62,6 +62,7 @@ from .fakes import (
     FakeHelm,
     FakeKube,
     FakeKubeoperaApi,
+    FakeVClusterApi,
     apiserver_event,
     deliver,
     ref_of,
@@ -195,7 +196,7 @@ def reconcile_total(controller: str, result: str) -> float:
 
 def runtime(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi | None = None) -> Runtime:
     """What a function's create_app works with: these tests' settings and the stand-ins."""
-    return Runtime(settings=SETTINGS, kube=kube, helm=helm, kubeopera_api=api)
+    return Runtime(settings=SETTINGS, kube=kube, helm=helm, kubeopera_api=api, vcluster_api=FakeVClusterApi())
 
 
 # install ----------------------------------------------------------------------------------------
@@ -926,13 +927,21 @@ def provisioning_event(obj: dict[str, Any], time: Any) -> CloudEvent:
     )
 
 
-def run_check(kube: FakeKube, helm: FakeHelm, obj: dict[str, Any], after: float = 30, polled: float = 0) -> Any:
-    """check-ready ``after`` seconds into provisioning, for an event first sent ``polled`` s ago."""
+def run_check(
+    kube: FakeKube,
+    helm: FakeHelm,
+    obj: dict[str, Any],
+    after: float = 30,
+    polled: float = 0,
+    vcluster: FakeVClusterApi | None = None,
+) -> Any:
+    """check-ready ``after`` seconds into provisioning, for an event first sent ``polled`` s ago;
+    the vCluster's API answers as ``vcluster`` says (default: it works)."""
     started = parse_time(live(kube).status.last_synced_at)
     assert started is not None
     now = started + timedelta(seconds=after)
     event = provisioning_event(obj, now - timedelta(seconds=polled))
-    return check_ready.handle(kube, helm, SETTINGS, event, ref_of(obj), now=now)
+    return check_ready.handle(kube, helm, SETTINGS, event, ref_of(obj), now=now, vcluster=vcluster or FakeVClusterApi())
 
 
 def test_check_ready_replies_ready_once_deployed_and_the_secret_has_config(kube: FakeKube, helm: FakeHelm) -> None:
@@ -984,6 +993,49 @@ def test_check_ready_polls_again_while_vcluster_boots(kube: FakeKube, helm: Fake
         run_check(kube, helm, obj)
 
 
+def test_check_ready_asks_the_vclusters_api_through_the_kubeconfig_it_will_store(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    obj = provision(kube, helm)
+    booted(kube)
+    missing = (
+        "the vCluster's API at https://vc-bob-dev.vcluster-bob-dev.svc:443: Service default/kubernetes does not exist"
+    )
+    api = FakeVClusterApi(missing)
+    began = live(kube).status.last_synced_at
+    written = kube.calls["patch_tenant_status"]
+
+    with pytest.raises(NotReadyYet) as caught:
+        run_check(kube, helm, obj, vcluster=api)
+    assert str(caught.value) == missing
+    assert api.asked == [CONFIG]  # exactly the kubeconfig store-kubeconfig will copy
+    tenant = live(kube)
+    assert tenant.status.phase == Phase.PROVISIONING and tenant.status.message == missing
+    ready = tenant.status.condition("Ready")
+    assert ready is not None and (ready.status, ready.reason, ready.message) == ("False", "VClusterNotServing", missing)
+    assert tenant.status.last_synced_at == began  # the provision timeout still counts from install
+    assert kube.calls["patch_tenant_status"] == written + 1
+
+    with pytest.raises(NotReadyYet):  # the same wait again: nothing written
+        run_check(kube, helm, obj, after=45, vcluster=api)
+    assert kube.calls["patch_tenant_status"] == written + 1
+
+    with pytest.raises(ProvisionTimeout, match="Service default/kubernetes does not exist"):
+        run_check(kube, helm, obj, after=SETTINGS.provision_timeout_seconds + 1, vcluster=api)
+
+    api.missing_now = None
+    reply = run_check(kube, helm, obj, after=60, vcluster=api)
+    assert reply is not None and reply.get_type() == events.READY
+
+
+def test_check_ready_does_not_ask_the_api_before_the_kubeconfig_exists(kube: FakeKube, helm: FakeHelm) -> None:
+    obj = provision(kube, helm)
+    api = FakeVClusterApi("never asked")
+    with pytest.raises(NotReadyYet, match="roll out"):
+        run_check(kube, helm, obj, vcluster=api)
+    assert api.asked == []
+
+
 def test_check_ready_missing_release_is_temporary_and_failed_release_permanent(kube: FakeKube, helm: FakeHelm) -> None:
     obj = provision(kube, helm)
     helm.releases[(BOB_NS, BOB_RELEASE)]["status"] = "failed"
@@ -1017,7 +1069,7 @@ def test_check_ready_renews_an_event_polled_long_enough(kube: FakeKube, helm: Fa
     now = started + timedelta(seconds=budget + 1)
     old = provisioning_event(obj, now - timedelta(seconds=budget))
 
-    reply = check_ready.handle(kube, helm, SETTINGS, old, ref_of(obj), now=now)
+    reply = check_ready.handle(kube, helm, SETTINGS, old, ref_of(obj), now=now, vcluster=FakeVClusterApi())
 
     assert reply is not None and reply.get_type() == events.PROVISIONING
     assert reply.get_source() == "/kubeopera/tenants/check-ready"

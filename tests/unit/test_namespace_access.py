@@ -21,7 +21,7 @@ from shared.rbac import Role, RoleBinding, RoleRef, Rule, Subject
 from shared.settings import Settings
 from shared.tenant import FINALIZER, Tenant, parse_time
 
-from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, deliver, ref_of, tenant_object
+from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, FakeVClusterApi, deliver, ref_of, tenant_object
 
 SETTINGS = Settings(ready_poll_seconds=15, provision_timeout_seconds=600)
 CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
@@ -480,7 +480,9 @@ def test_check_ready_refused_in_the_namespace_is_temporary(helm: FakeHelm) -> No
     )
 
     with pytest.raises(TemporaryError) as raised:
-        check_ready.handle(kube, helm, SETTINGS, event, ref_of(obj), now=started + timedelta(seconds=30))
+        check_ready.handle(
+            kube, helm, SETTINGS, event, ref_of(obj), now=started + timedelta(seconds=30), vcluster=FakeVClusterApi()
+        )
 
     assert raised.value.retry_after == access.ACCESS_RETRY_SECONDS
     assert not isinstance(raised.value, PermanentError)

@@ -26,6 +26,7 @@ from .fakes import (
     FakeHelm,
     FakeKube,
     FakeKubeoperaApi,
+    FakeVClusterApi,
     apiserver_event,
     deliver,
     ref_of,
@@ -45,7 +46,7 @@ FOUND = (
 
 
 def runtime(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi | None = None) -> Runtime:
-    return Runtime(settings=SETTINGS, kube=kube, helm=helm, kubeopera_api=api)
+    return Runtime(settings=SETTINGS, kube=kube, helm=helm, kubeopera_api=api, vcluster_api=FakeVClusterApi())
 
 
 def provisioned(kube: FakeKube, helm: FakeHelm) -> dict[str, Any]:

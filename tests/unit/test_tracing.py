@@ -31,6 +31,7 @@ from .fakes import (
     FakeKube,
     FakeKubeoperaApi,
     FakeSink,
+    FakeVClusterApi,
     apiserver_event,
     deliver,
     tenant_object,
@@ -72,7 +73,9 @@ def test_the_chain_is_one_trace_each_step_the_child_of_the_one_before(
     spans: InMemorySpanExporter, kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
     settings = Settings(ready_poll_seconds=1)
-    runtime = Runtime(settings=settings, kube=kube, helm=helm, kubeopera_api=api, sink=FakeSink(kube))
+    runtime = Runtime(
+        settings=settings, kube=kube, helm=helm, kubeopera_api=api, sink=FakeSink(kube), vcluster_api=FakeVClusterApi()
+    )
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     checker = check_ready.create_app(runtime)
 
@@ -109,7 +112,14 @@ def test_the_chain_is_one_trace_each_step_the_child_of_the_one_before(
 def test_a_chain_without_incoming_context_starts_its_own_trace(
     spans: InMemorySpanExporter, kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
-    runtime = Runtime(settings=Settings(), kube=kube, helm=helm, kubeopera_api=api, sink=FakeSink(kube))
+    runtime = Runtime(
+        settings=Settings(),
+        kube=kube,
+        helm=helm,
+        kubeopera_api=api,
+        sink=FakeSink(kube),
+        vcluster_api=FakeVClusterApi(),
+    )
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
 
     provisioning = _reply(deliver(install.create_app(runtime), apiserver_event(obj, events.APISERVER_ADD)))
@@ -122,7 +132,9 @@ def test_a_chain_without_incoming_context_starts_its_own_trace(
 
 
 def test_a_refused_event_is_an_error_span(spans: InMemorySpanExporter, kube: FakeKube, helm: FakeHelm) -> None:
-    runtime = Runtime(settings=Settings(), kube=kube, helm=helm, kubeopera_api=FakeKubeoperaApi())
+    runtime = Runtime(
+        settings=Settings(), kube=kube, helm=helm, kubeopera_api=FakeKubeoperaApi(), vcluster_api=FakeVClusterApi()
+    )
     app = install.create_app(runtime)
 
     response = app.test_client().post("/", headers={"traceparent": INCOMING}, data=b"not an event")
