@@ -70,7 +70,7 @@ from shared.tenant import (
     rfc3339,
     utcnow,
 )
-from shared.values import vcluster_values
+from shared.values import keep_distro, vcluster_values
 
 NAME = "install"
 log = logging.getLogger(__name__)
@@ -187,9 +187,10 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         release = helm.install_or_upgrade(
             names.release,
             names.namespace,
-            vcluster_values(tenant, settings.environment, settings.isolation, settings.service_cidr),
+            vcluster_values(tenant, settings.environment, settings.isolation, settings.service_cidr, settings.distro),
             guard=claims.release_guard(kube, tenant),
             reapply=reapply,
+            keep=keep_distro,
         )
     message = f"helm release {names.release} revision {release.revision} is {release.status}; waiting for the vCluster"
     write_status(

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Sees a release's current values (None: no release) and raises to refuse touching it.
 Guard = Callable[[Mapping[str, Any] | None], None] | None
+# The values to apply, given those asked for and the release's current ones (None: no release).
+Keep = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Mapping[str, Any]] | None
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -193,6 +195,7 @@ class Helm:
         guard: Guard = None,
         *,
         reapply: Callable[[], bool] | None = None,
+        keep: Keep = None,
     ) -> ReleaseState:
         """Make the release run the pinned chart with ``values``; no new revision if it already does,
         unless ``reapply()`` says so (asked under the release lock, after any other operation on the
@@ -200,6 +203,8 @@ class Helm:
 
         ``guard`` sees the values of the release as it is (None: there is none) before anything
         is changed, and raises to refuse (the ownership check); it runs under the release lock.
+        ``keep(values, current)`` then returns the values to apply, keeping what a running release
+        must keep (its distro, ``shared.values.keep_distro``).
         """
         with (
             _operation("upgrade_install", _release_attributes(name, namespace)) as outcome,
@@ -210,6 +215,8 @@ class Helm:
                 found = _run(self._current(name, namespace))
                 if guard is not None:
                     guard(None if found is None else found[1])
+                if keep is not None:
+                    values = keep(values, None if found is None else found[1])
                 if found is not None and _state(name, namespace, found[0]).pending:
                     found = _run(self._recover(name, namespace, found[0]))
                 if found is not None and not (reapply is not None and reapply()):

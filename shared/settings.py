@@ -19,6 +19,7 @@ from shared import service_range
 from shared.errors import ConfigError
 from shared.isolation import Isolation
 from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.values import DISTROS
 
 # The check-ready and cleanup Triggers' retryAfterMax (eventing/triggers): the broker caps every
 # Retry-After at it, so a longer poll would silently become this one (and check-ready's count of
@@ -64,6 +65,10 @@ class Settings:
     # DELETE_RETAINED_VOLUMES: cleanup deletes a PersistentVolume of the Tenant's namespace left
     # behind with reclaim policy Retain (default: it only reports it, functions.cleanup).
     delete_retained_volumes: bool = False
+    # VCLUSTER_DISTRO: the control plane a new vCluster runs, ``k3s`` (the original's) or ``k8s``
+    # (upstream vcluster has since removed k3s). A vCluster keeps the distro it was made with
+    # (shared.values.keep_distro): changing it would be a new, empty cluster, not an upgrade.
+    distro: str = "k3s"
 
     @property
     def verify_senders(self) -> bool:
@@ -118,8 +123,16 @@ class Settings:
             isolation=Isolation.from_env(env),
             service_cidr=service_range.parse(env.get("SERVICE_CIDR", "")),
             delete_retained_volumes=_bool(env, "DELETE_RETAINED_VOLUMES"),
+            distro=_distro(env),
             **_senders(env),
         )
+
+
+def _distro(env: Mapping[str, str]) -> str:
+    value = env.get("VCLUSTER_DISTRO", "").strip().lower() or Settings.distro
+    if value not in DISTROS:
+        raise ConfigError(f"VCLUSTER_DISTRO must be one of {', '.join(DISTROS)}, got {value!r}")
+    return value
 
 
 def _bool(env: Mapping[str, str], name: str) -> bool:

@@ -20,6 +20,9 @@ labels in a release's values are how install and cleanup tell whose release it i
 never boots on a host of Kubernetes 1.33 or later. It is left out only where no range is known
 (the callers that build values for comparison, never install).
 
+``controlPlane.distro`` is ``VCLUSTER_DISTRO`` (k3s, the original's, or k8s) for a new release; a
+release keeps the distro it runs (``keep_distro``, applied by install through helm's ``keep``).
+
 ``policies`` turns on the chart's ResourceQuota, LimitRange and egress NetworkPolicies for the
 tenant's namespace, with the numbers of ``shared.isolation`` (settings; the chart's defaults unless
 set): the vCluster docs' isolated mode. tests/unit/test_values_schema.py checks the whole against
@@ -29,6 +32,8 @@ from them what the real one does.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 from shared.isolation import Isolation
@@ -37,19 +42,22 @@ from shared.tenant import Tenant
 
 LABEL_ENVIRONMENT = "kubeopera.io/environment"
 CHART_DEFAULTS = Isolation()  # the chart's own numbers and Pod Security baseline
+DISTROS = ("k3s", "k8s")  # VCLUSTER_DISTRO; k3s is the original operator's
 
 
 def vcluster_values(
-    tenant: Tenant, environment: str, isolation: Isolation = CHART_DEFAULTS, service_cidr: str = ""
+    tenant: Tenant, environment: str, isolation: Isolation = CHART_DEFAULTS, service_cidr: str = "", distro: str = "k3s"
 ) -> dict[str, Any]:
-    """The values of ``tenant``'s release (install passes ``Settings.isolation`` and the host's
-    Service range; the default is the chart's own numbers)."""
+    """The values of ``tenant``'s release (install passes ``Settings.isolation``, the host's
+    Service range and ``VCLUSTER_DISTRO``; the default is the chart's own numbers and k3s)."""
+    if distro not in DISTROS:
+        raise ValueError(f"distro {distro!r} is not one of {DISTROS}")
     spec = tenant.spec
     names = spec.names
     quota = {"cpu": spec.quota.cpu, "memory": spec.quota.memory}
     values: dict[str, Any] = {
         "controlPlane": {
-            "distro": {"k3s": {"enabled": True}},
+            "distro": {distro: {"enabled": True}},
             "proxy": {"extraSANs": list(names.server_names)},
             "statefulSet": {
                 "resources": {"requests": dict(quota), "limits": dict(quota)},
@@ -68,3 +76,26 @@ def vcluster_values(
     if service_cidr:
         values["serviceCIDR"] = service_cidr
     return values
+
+
+def distro_of(values: Mapping[str, Any]) -> str:
+    """The distro a release's values turn on; the chart's default, k8s, when none is."""
+    distros = (values.get("controlPlane") or {}).get("distro") or {}
+    on = [name for name in DISTROS if isinstance(distros.get(name), Mapping) and distros[name].get("enabled")]
+    return on[0] if on else "k8s"
+
+
+def keep_distro(values: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``values`` with the distro of the release as it runs (``current``; None: a new release).
+
+    A vCluster's data is its distro's (k3s's own datastore, or kube-apiserver over kine): helm
+    would upgrade a release to another distro without complaint and leave an empty cluster with
+    the old one's state beside it. So ``VCLUSTER_DISTRO`` chooses for new vClusters only; moving
+    one is deleting its Tenant and making it again."""
+    result = copy.deepcopy(dict(values))
+    if current is None:
+        return result
+    running, wanted = distro_of(current), distro_of(values)
+    if running != wanted:
+        result["controlPlane"]["distro"] = {running: {"enabled": True}}
+    return result

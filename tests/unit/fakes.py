@@ -27,7 +27,7 @@ from werkzeug.test import TestResponse
 
 from shared import events, tracing
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
-from shared.helm import Guard
+from shared.helm import Guard, Keep
 from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Marker, NamespaceInfo, Rollout, StoredSecret, Volume
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
@@ -607,11 +607,14 @@ class FakeHelm:
         guard: Guard = None,
         *,
         reapply: Callable[[], bool] | None = None,
+        keep: Keep = None,
     ) -> ReleaseState:
         _tally(self.calls, "install_or_upgrade")
         current = self.releases.get((namespace, name))
         if guard is not None:
             guard(None if current is None else copy.deepcopy(current["values"]))
+        if keep is not None:
+            values = keep(values, None if current is None else copy.deepcopy(current["values"]))
         if current is not None and current["status"] in PENDING_STATES:
             raise TemporaryError(f"release {namespace}/{name} is {current['status']}", retry_after=5)
         if (

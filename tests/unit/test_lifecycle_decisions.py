@@ -277,6 +277,23 @@ def test_install_upgrades_a_new_generation_without_a_second_provisioning_event(k
     assert [(e["reason"], e["count"]) for e in kube.events] == [("Pending", 1), ("Provisioning", 1)]
 
 
+def test_a_new_distro_setting_is_for_new_vclusters_only(kube: FakeKube, helm: FakeHelm) -> None:
+    """VCLUSTER_DISTRO changed from k3s to k8s: bob's running k3s vCluster is upgraded as k3s (a
+    k8s one would be a new, empty cluster); a Tenant made now gets k8s."""
+    provision(kube, helm)
+    k8s = dataclasses.replace(SETTINGS, distro="k8s")
+    obj = kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "4"})
+
+    assert install.handle(kube, helm, k8s, ref_of(obj)) is not None
+
+    values = helm.values_of(BOB_RELEASE, BOB_NS)
+    assert values["controlPlane"]["statefulSet"]["resources"]["limits"]["cpu"] == "4"
+    assert values["controlPlane"]["distro"] == {"k3s": {"enabled": True}}
+    newcomer = kube.add_tenant(tenant_object("erin", CS_OTHER))
+    assert install.handle(kube, helm, k8s, ref_of(newcomer)) is not None
+    assert helm.values_of("vc-erin", "vcluster-erin")["controlPlane"]["distro"] == {"k8s": {"enabled": True}}
+
+
 def test_install_refuses_a_second_tenant_reusing_the_tenant_name(kube: FakeKube, helm: FakeHelm) -> None:
     provision(kube, helm, created=EARLY)
     namespace_before = copy.deepcopy(kube.namespaces[BOB_NS])

@@ -13,7 +13,7 @@ from shared.naming import TenantNames, check_tenant_name
 from shared.quantity import parse
 from shared.settings import Settings
 from shared.tenant import Quota, Tenant, TenantSpec
-from shared.values import vcluster_values
+from shared.values import distro_of, keep_distro, vcluster_values
 
 from .fakes import TENANT_NAMESPACE
 
@@ -99,6 +99,7 @@ def test_settings_read_the_environment() -> None:
         ("READY_POLL_SECONDS", "16", "READY_POLL_SECONDS must be at most 15"),
         ("CLEANUP_POLL_SECONDS", "60", "CLEANUP_POLL_SECONDS must be at most 15"),
         ("CLEANUP_POLL_SECONDS", "-1", "CLEANUP_POLL_SECONDS"),
+        ("VCLUSTER_DISTRO", "k0s", "VCLUSTER_DISTRO must be one of k3s, k8s, got 'k0s'"),
     ],
 )
 def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:
@@ -201,3 +202,23 @@ def test_bad_isolation_settings_fail_at_start_naming_the_variable(name: str, val
 @pytest.mark.parametrize(("value", "expected"), [("", False), ("false", False), ("TRUE", True), ("1", True)])
 def test_delete_retained_volumes_is_off_unless_asked(value: str, expected: bool) -> None:
     assert Settings.from_env({"DELETE_RETAINED_VOLUMES": value} | SENDERS).delete_retained_volumes is expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", "k3s"), ("k8s", "k8s"), (" K3S ", "k3s")])
+def test_the_distro_is_k3s_unless_set(value: str, expected: str) -> None:
+    assert Settings.from_env({"VCLUSTER_DISTRO": value} | SENDERS).distro == expected
+
+
+def test_a_running_vcluster_keeps_its_distro_and_a_new_one_gets_the_setting() -> None:
+    spec = TenantSpec("3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", "alice-default", CS_ID, Quota("2", "4Gi"))
+    tenant = Tenant(TENANT_NAMESPACE, "alice", "uid-1", 1, "7", spec)
+    k8s = vcluster_values(tenant, "staging", distro="k8s")
+    assert keep_distro(k8s, None) == k8s  # a new release: the setting
+    running_k3s = vcluster_values(tenant, "staging", distro="k3s")
+    kept = keep_distro(k8s, running_k3s)
+    assert kept["controlPlane"]["distro"] == {"k3s": {"enabled": True}}
+    assert kept == running_k3s  # nothing else differs here
+    assert k8s["controlPlane"]["distro"] == {"k8s": {"enabled": True}}  # the asked values are not changed
+    assert distro_of({"controlPlane": {}}) == "k8s"  # the chart's own default
+    # A release made without a distro runs the chart's default, k8s, and keeps it.
+    assert keep_distro(running_k3s, {})["controlPlane"]["distro"] == {"k8s": {"enabled": True}}

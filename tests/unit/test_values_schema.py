@@ -72,10 +72,12 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.parametrize("distro", ["k3s", "k8s"])
 @pytest.mark.parametrize("env", SETTINGS)
-def test_the_values_install_sends_pass_the_real_schema(env: dict[str, str]) -> None:
-    isolation = Settings.from_env(env | {"SENDER_IDENTITY": "off"}).isolation
-    values = vcluster_values(tenant(), "production", isolation)
+def test_the_values_install_sends_pass_the_real_schema(env: dict[str, str], distro: str) -> None:
+    settings = Settings.from_env(env | {"SENDER_IDENTITY": "off", "VCLUSTER_DISTRO": distro})
+    values = vcluster_values(tenant(), "production", settings.isolation, "10.0.0.0/16", settings.distro)
+    assert values["controlPlane"]["distro"] == {distro: {"enabled": True}}
     assert errors(values) == []
     defaults = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
     assert errors(coalesce(defaults, values)) == []

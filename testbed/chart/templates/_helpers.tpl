@@ -17,7 +17,13 @@ release: {{ .Release.Name | quote }}
 {{- define "vcluster.image" -}}
 {{- $image := .Values.controlPlane.statefulSet.image -}}
 {{- $tag := $image.tag | default .Chart.AppVersion -}}
-{{- if $image.registry -}}{{ $image.registry }}/{{- end -}}{{ $image.repository }}:{{ $tag }}
+{{- include "vcluster.registryPrefix" (dict "root" . "registry" $image.registry) -}}{{ $image.repository }}:{{ $tag }}
+{{- end -}}
+
+{{/* The real chart's rule for an image's registry: defaultImageRegistry, when set, replaces it. */}}
+{{- define "vcluster.registryPrefix" -}}
+{{- $default := .root.Values.controlPlane.advanced.defaultImageRegistry -}}
+{{- if $default -}}{{ $default }}/{{- else if .registry -}}{{ .registry }}/{{- end -}}
 {{- end -}}
 
 {{/*
