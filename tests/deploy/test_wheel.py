@@ -4,7 +4,8 @@ Built as the Dockerfile's ``wheel`` stage builds it (tests/deploy/wheel.py). Its
 the Python modules of ``shared/`` and ``functions/``: no test bed, no chart, no stand-ins. Its
 dependencies are exactly what those modules import (gunicorn, the server the image runs, aside),
 so nothing the test bed alone needs (``cryptography`` for its PKI) reaches the image. ``PyYAML``
-is the runtime's own since check-ready reads the kubeconfig vcluster exports (shared/vcluster_api.py). Its only command is the operator's ``kubeopera-tenants`` (``status``,
+is the runtime's own since check-ready reads the kubeconfig vcluster exports
+(shared/vcluster_api.py). Its only command is the operator's ``kubeopera-tenants`` (``status``,
 ``retry``); ``local`` comes from the test bed's own distribution.
 """
 
