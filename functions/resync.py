@@ -34,6 +34,10 @@ it (and changes nothing else of a settled Tenant), and looks again on the next t
 being worked on at that moment may get a duplicate event, which the steps' idempotence and
 resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered
 and the pass runs again.
+
+Each pass also counts the Ready Tenants whose exported kubeconfig's client certificate expires
+within 30 days (``kubeopera_tenant_kubeconfigs_expiring``, with the seconds to the soonest; alert
+``KubeoperaTenantKubeconfigExpiring``), from the Secret it reads anyway (``shared.certificates``).
 """
 
 from __future__ import annotations
@@ -45,13 +49,13 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from functions.cleanup import gave_up
-from shared import events, logs, metrics
+from shared import certificates, events, logs, metrics
 from shared.errors import Forbidden, ProvisionTimeout
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
@@ -90,6 +94,7 @@ class Drift:
     kubeconfig_current: bool  # the stored kubeconfig exists and is what vcluster wrote
     policies_missing: tuple[str, ...] = ()  # the chart's namespace policies that are gone
     granted: bool = True  # False: the reads in the Tenant's namespace were refused (the rest unknown)
+    expires: datetime | None = None  # when the exported kubeconfig's client certificate expires
 
     def reinstall_reason(self, tenant: Tenant) -> str:
         names = tenant.spec.names
@@ -171,7 +176,8 @@ def observe(kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[
     stored = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
     current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in policies)
-    return Drift(release_present=present, kubeconfig_current=current, policies_missing=missing)
+    expires = certificates.client_certificate_expiry(written) if written is not None else None
+    return Drift(release_present=present, kubeconfig_current=current, policies_missing=missing, expires=expires)
 
 
 def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = None) -> dict[str, int]:
@@ -189,6 +195,7 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
             _redrive(kube, sink, settings, tenant, action, moment, drifts.get(tenant.key))
         counts[action.name] = counts.get(action.name, 0) + 1
     count_phases(tenants)
+    count_expiring([d.expires for d in drifts.values() if d.expires is not None], moment)
     log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
     return counts
 
@@ -201,6 +208,14 @@ def count_phases(tenants: list[Tenant]) -> None:
         by_phase[(tenant.status.phase or Phase.PENDING).value] += 1
     for phase, count in by_phase.items():
         metrics.TENANTS.labels(phase).set(count)
+
+
+def count_expiring(expiries: list[datetime], now: datetime) -> None:
+    """``kubeopera_tenant_kubeconfigs_expiring{within="30d"}`` and the seconds to the soonest
+    expiry (0 and a year's worth when there is none, so the alert's expression always has a value)."""
+    metrics.KUBECONFIGS_EXPIRING.labels(f"{certificates.WARN_WITHIN.days}d").set(certificates.expiring(expiries, now))
+    soonest = min(expiries, default=now + timedelta(days=365))
+    metrics.KUBECONFIG_SOONEST_EXPIRY.set((soonest - now).total_seconds())
 
 
 def _redrive(

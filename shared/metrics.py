@@ -23,6 +23,9 @@ metric                                                         answers
 ``kubeopera_tenant_time_to_ready_seconds``                     provisioning began -> vCluster ready
 ``kubeopera_tenant_callbacks_total{outcome}``                  kubeopera-api callbacks delivered or failed
 ``kubeopera_tenants{phase}``                                   Tenants by phase, counted by resync on each tick
+``kubeopera_tenant_kubeconfigs_expiring{within}``              Ready Tenants whose kubeconfig's client
+                                                               certificate expires within ``30d`` (resync)
+``kubeopera_tenant_kubeconfig_soonest_expiry_seconds``         seconds until the first of them expires (resync)
 =============================================================  ===============================================
 
 Under gunicorn with several workers the metrics are kept in ``PROMETHEUS_MULTIPROC_DIR``
@@ -116,6 +119,18 @@ TENANTS = Gauge(
     "kubeopera_tenants",
     "Tenants by phase, as resync counted them on its last tick",
     ["phase"],
+    multiprocess_mode="livemostrecent",
+)
+
+KUBECONFIGS_EXPIRING = Gauge(
+    "kubeopera_tenant_kubeconfigs_expiring",
+    "Ready Tenants whose stored kubeconfig's client certificate expires within the window, as of resync's last tick",
+    ["within"],
+    multiprocess_mode="livemostrecent",
+)
+KUBECONFIG_SOONEST_EXPIRY = Gauge(
+    "kubeopera_tenant_kubeconfig_soonest_expiry_seconds",
+    "Seconds until the first Ready Tenant's kubeconfig client certificate expires, as of resync's last tick",
     multiprocess_mode="livemostrecent",
 )
 

@@ -5,7 +5,9 @@ Tenants alice and bob are made through the product, so the policies in ``vcluste
 ones install rendered from its own values through helm and the chart, as in production. In
 ``vcluster-alice`` run a pod labelled as alice's synced workloads are
 (``vcluster.loft.sh/managed-by: vc-alice``) and one labelled as her control plane (the chart's
-selector, ``app: vcluster, release: vc-alice``, behind the chart's Service ``vc-alice``); in
+selector, ``app: vcluster, release: vc-alice``, behind the chart's Service ``vc-alice``, whose
+EndpointSlice to the vCluster stand-in's API is removed first, so that this pod is its only
+endpoint); in
 ``vcluster-bob`` a pod labelled as bob's workloads. From alice's workload:
 
 - bob's pod and a platform Service (Knative's broker ingress) cannot be connected to;
@@ -162,6 +164,10 @@ def test_alices_workload_reaches_only_her_control_plane_and_dns(cluster: Cluster
     names = sorted(p["metadata"]["name"] for p in _policies(cluster))
     assert names == ["vc-cp-vc-alice", "vc-work-vc-alice"], "install rendered alice's two egress policies"
 
+    # The vCluster stand-in serves alice's API from the host and points Service vc-alice there
+    # with an EndpointSlice of its own (testbed.standins.vcluster); here the pod labelled as her
+    # control plane is that Service's only endpoint, as the real vCluster pod would be.
+    cluster.kubectl("delete", "endpointslice", "vc-alice-standin", "-n", ALICE)
     pods = [
         _pod("alice-app", ALICE, {"vcluster.loft.sh/managed-by": "vc-alice"}, IDLE, None),
         _pod("alice-cp", ALICE, {"app": "vcluster", "release": "vc-alice"}, SERVE, CP_PORT),

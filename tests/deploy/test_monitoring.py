@@ -36,6 +36,7 @@ EXPECTED_ALERTS = {
     "KubeoperaTenantCallbackFailures",
     "KubeoperaTenantFunctionErrors",
     "KubeoperaTenantDeadLetters",
+    "KubeoperaTenantKubeconfigExpiring",
 }
 SEVERITIES = {"info", "warning", "critical"}
 

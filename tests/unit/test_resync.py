@@ -20,10 +20,11 @@ import pytest
 from cloudevents.core.base import BaseCloudEvent
 from cloudevents.core.v1.event import CloudEvent
 from flask import Flask
+from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
 from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
-from shared import access, events
+from shared import access, certificates, events
 from shared.errors import Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
@@ -33,7 +34,9 @@ from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
+from testbed.controlplane import pki
 from testbed.local.ticker import ping_event
+from testbed.standins.vcluster import Identity, kubeconfig_for
 
 from .fakes import (
     DELETED_AT,
@@ -850,3 +853,37 @@ def test_resync_event_refs_are_what_the_steps_parse(kube: FakeKube, sink: FakeSi
     data = only_event(sink).get_data()
     assert isinstance(data, dict) and "kind" not in data and "spec" not in data
     assert events.tenant_ref(only_event(sink)) == TenantRef(TENANT_NAMESPACE, "bob-dev", obj["metadata"]["uid"], 1)
+
+
+def kubeconfig_expiring_in(days: int) -> bytes:
+    """A kubeconfig as vcluster exports it, its client certificate valid for ``days`` more days."""
+    ca = pki.new_ca("vcluster-ca", validity=timedelta(days=3650))
+    admin = ca.issue_client("kube-admin", ["system:masters"], validity=timedelta(days=days))
+    return kubeconfig_for("https://vc-x.vcluster-x.svc:443", Identity(ca, admin))
+
+
+def test_a_pass_counts_the_kubeconfigs_that_expire_within_30_days(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    lifetimes = {"bob-dev": (CS_BOB, 10), "carol": (CS_CAROL, 400), "dave": (CS_DAVE, 29)}
+    for name, (cs, days) in lifetimes.items():
+        obj = provisioning(kube, helm, name, cs)
+        kube.boot_vcluster(name, kubeconfig_expiring_in(days))
+        assert store_kubeconfig.handle(kube, SETTINGS, ref_of(obj)) is not None
+        notify_api.handle(kube, FakeKubeoperaApi(), ref_of(obj))
+
+    assert resync(kube, sink, SETTINGS) == {}
+
+    assert REGISTRY.get_sample_value("kubeopera_tenant_kubeconfigs_expiring", {"within": "30d"}) == 2
+    soonest = REGISTRY.get_sample_value("kubeopera_tenant_kubeconfig_soonest_expiry_seconds")
+    assert soonest is not None and 9 * 86400 < soonest < 10 * 86400 + 3600
+    assert sink.sent == []  # counting is all: nothing re-driven for it
+
+
+def test_a_kubeconfig_without_a_readable_certificate_is_not_counted() -> None:
+    assert certificates.client_certificate_expiry(CONFIG) is None  # a token, no certificate
+    assert certificates.client_certificate_expiry(b"not: [a kubeconfig") is None
+    expiry = certificates.client_certificate_expiry(kubeconfig_expiring_in(5))
+    now = datetime.now(UTC)
+    assert expiry is not None and timedelta(days=4) < expiry - now <= timedelta(days=5)
+    assert certificates.expiring([expiry, now - timedelta(days=1), now + timedelta(days=31)], now) == 2
