@@ -436,6 +436,40 @@ class NotGrantedYet(FakeKube):
         return super().read_secret_key(namespace, name, key)
 
 
+def test_a_delivery_that_finds_installs_binding_made_by_another_reads_again_later_not_failed(
+    helm: FakeHelm,
+) -> None:
+    """Two deliveries of one new Tenant: the other one has just made install's own RoleBinding in
+    the namespace (and waits for it), this one finds it made and reads the Roles at once, before
+    the API server's RBAC has it: 403. That is temporary (CI run 3 dead-lettered a healthy Tenant to
+    Failed on it), and the next delivery makes the grants."""
+
+    class BindingNotInForceYet(FakeKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refuse = True
+
+        def get_role(self, namespace: str, name: str) -> Role | None:
+            if self.refuse and namespace == BOB_NS:
+                raise Forbidden(f"get role {namespace}/{name}: the API server refused it (403 Forbidden)")
+            return super().get_role(namespace, name)
+
+    kube = BindingNotInForceYet()
+    helm.kube = kube
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+
+    with pytest.raises(TemporaryError) as raised:
+        install.handle(kube, helm, SETTINGS, ref_of(obj))
+    assert not isinstance(raised.value, PermanentError)
+    assert raised.value.retry_after == access.ACCESS_RETRY_SECONDS
+    assert (BOB_NS, INSTALL) in kube.role_bindings  # what the other delivery had made
+    assert live(kube).status.phase != "Failed" and helm.operations == []
+
+    kube.refuse = False  # in force now: the broker's next delivery goes through
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
+    assert helm.operations == [("install", f"{BOB_NS}/vc-bob-dev")]
+
+
 def test_store_kubeconfig_refused_in_the_namespace_answers_503_and_leaves_the_tenant(helm: FakeHelm) -> None:
     kube = NotGrantedYet()
     helm.kube = kube
