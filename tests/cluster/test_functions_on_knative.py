@@ -131,3 +131,30 @@ def test_a_pod_cannot_forge_an_event(cluster: ClusterStack) -> None:
     }
     assert set(answers.values()) == {"401"}, answers
     assert phase(cluster, "pia") == "Ready"
+
+
+PROBE = """
+import base64, yaml
+from shared.vcluster_api import VClusterApi
+config = yaml.safe_load(base64.b64decode("{config}"))
+for server in ("https://vc-pia.vcluster-pia.svc:443", "https://vc-pia.vcluster-pia.svc.cluster.local:443"):
+    config["clusters"][0]["cluster"]["server"] = server
+    print(server, VClusterApi().missing(yaml.safe_dump(config).encode()))
+"""
+
+
+def test_a_pod_reaches_the_vcluster_through_each_advertised_name_with_the_stored_kubeconfig(
+    cluster: ClusterStack,
+) -> None:
+    """From a pod (check-ready's), through real CoreDNS and kube-proxy to the vCluster's Service:
+    the stored kubeconfig, with its server at either name the certificate covers, passes the
+    checks Ready made (``/readyz``, Services ``kubernetes`` and ``kube-dns``), over TLS with the
+    vCluster's own CA."""
+    wait_for("pia to be Ready", lambda: phase(cluster, "pia") == "Ready", timeout=300)
+    stored = cluster.get("secret", f"tenant-{CS_PIA}-kubeconfig", "-n", NAMESPACE)["data"]["kubeconfig"]
+    pod = running_pod(cluster, "tenant-check-ready")
+    lines = exec_python(cluster, pod, PROBE.format(config=stored)).strip().splitlines()
+    assert lines == [
+        "https://vc-pia.vcluster-pia.svc:443 None",
+        "https://vc-pia.vcluster-pia.svc.cluster.local:443 None",
+    ], lines
