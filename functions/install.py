@@ -187,7 +187,14 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         release = helm.install_or_upgrade(
             names.release,
             names.namespace,
-            vcluster_values(tenant, settings.environment, settings.isolation, settings.service_cidr, settings.distro),
+            vcluster_values(
+                tenant,
+                settings.environment,
+                settings.isolation,
+                settings.service_cidr,
+                settings.distro,
+                settings.external_server,
+            ),
             guard=claims.release_guard(kube, tenant),
             reapply=reapply,
             keep=keep_distro,

@@ -2,7 +2,8 @@
 
 Takes ``io.kubeopera.tenant.ready``. Reads key ``config`` of Secret ``vc-{release}`` in the
 vCluster namespace and creates or updates Secret ``tenant-{cloudSpaceID}-kubeconfig`` in the
-Tenant namespace (key ``kubeconfig``, labels ``kubeopera.io/tenant-id``,
+Tenant namespace (key ``kubeconfig``; with ``VCLUSTER_EXTERNAL_SERVER`` also key
+``kubeconfig-external``, the same credentials at the external address; labels ``kubeopera.io/tenant-id``,
 ``kubeopera.io/managed-by=tenant-controller`` and the owner labels); an identical Secret is left
 untouched. Replies ``io.kubeopera.tenant.kubeconfig.stored`` with the Secret's name, never its
 content.
@@ -24,12 +25,13 @@ from shared import access, claims, events
 from shared.errors import TemporaryError
 from shared.http import Step, function_app
 from shared.kube import Kube
-from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.naming import KUBECONFIG_EXTERNAL_KEY, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.ownership import judge, legacy_secret_labels, secret_labels
 from shared.reconcile import live_tenant
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import Phase, TenantRef
+from shared.vcluster_api import UnusableKubeconfig, with_server
 
 NAME = "store-kubeconfig"
 log = logging.getLogger(__name__)
@@ -56,6 +58,11 @@ def handle(kube: Kube, settings: Settings, ref: TenantRef) -> BaseCloudEvent | N
     claims.require(kube, tenant, verdict, claims.secret_thing(tenant, namespace), "cloudSpaceID", names.cloud_space_id)
     labels = secret_labels(tenant)
     data = {KUBECONFIG_KEY: config}
+    if external := names.external_server(settings.external_server):
+        try:
+            data[KUBECONFIG_EXTERNAL_KEY] = with_server(config, external)
+        except UnusableKubeconfig as err:
+            raise TemporaryError(f"Secret {names.namespace}/{names.vcluster_secret}: {err}") from err
     unchanged = (
         current is not None and current.data == data and all(current.labels.get(k) == v for k, v in labels.items())
     )

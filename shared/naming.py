@@ -32,6 +32,7 @@ LABEL_MANAGED_BY = "kubeopera.io/managed-by"
 LABEL_TENANT_NAME = "kubeopera.io/tenant"
 MANAGED_BY = "tenant-controller"
 KUBECONFIG_KEY = "kubeconfig"
+KUBECONFIG_EXTERNAL_KEY = "kubeconfig-external"  # with VCLUSTER_EXTERNAL_SERVER: its server instead
 VCLUSTER_CONFIG_KEY = "config"
 
 
@@ -94,6 +95,13 @@ class TenantNames:
         ``<release>.<namespace>`` form, so the values add both (``controlPlane.proxy.extraSANs``)."""
         service = f"{self.release}.{self.namespace}.svc"
         return service, f"{service}.cluster.local"
+
+    def external_server(self, template: str) -> str:
+        """``VCLUSTER_EXTERNAL_SERVER`` with this Tenant's names in it (``{tenant}``, ``{release}``,
+        ``{namespace}``; checked at start by ``shared.settings``); empty when there is none."""
+        if not template:
+            return ""
+        return template.format(tenant=self.tenant_name, release=self.release, namespace=self.namespace)
 
     @property
     def in_cluster_server(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ RETRY_AFTER_MAX_SECONDS = 15
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$")
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,11 @@ class Settings:
     # (upstream vcluster has since removed k3s). A vCluster keeps the distro it was made with
     # (shared.values.keep_distro): changing it would be a new, empty cluster, not an upgrade.
     distro: str = "k3s"
+    # VCLUSTER_EXTERNAL_SERVER: an address outside the cluster where each vCluster is reachable
+    # (your ingress or load balancer), with the Tenant's names in it, e.g.
+    # ``https://{tenant}.vclusters.example.com:443``. Its host becomes a name of the vCluster's
+    # certificate, and the stored Secret gets a second kubeconfig with it (KUBECONFIG_EXTERNAL_KEY).
+    external_server: str = ""
 
     @property
     def verify_senders(self) -> bool:
@@ -124,8 +131,31 @@ class Settings:
             service_cidr=service_range.parse(env.get("SERVICE_CIDR", "")),
             delete_retained_volumes=_bool(env, "DELETE_RETAINED_VOLUMES"),
             distro=_distro(env),
+            external_server=_external_server(env),
             **_senders(env),
         )
+
+
+_EXTERNAL_FIELDS = frozenset({"tenant", "release", "namespace"})
+
+
+def _external_server(env: Mapping[str, str]) -> str:
+    """VCLUSTER_EXTERNAL_SERVER, refused unless it is an https:// address whose host is a DNS name
+    once a Tenant's names are in it (so that it can be a certificate's name)."""
+    template = env.get("VCLUSTER_EXTERNAL_SERVER", "").strip()
+    if not template:
+        return ""
+    name = "VCLUSTER_EXTERNAL_SERVER"
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    if unknown := fields - _EXTERNAL_FIELDS:
+        raise ConfigError(f"{name} may name only {{tenant}}, {{release}} and {{namespace}}, not {sorted(unknown)}")
+    sample = template.format(tenant="t", release="vc-t", namespace="vcluster-t")
+    url = urlparse(sample)
+    host = url.hostname or ""
+    is_ip = host.replace(".", "").isdigit() or ":" in host
+    if url.scheme != "https" or is_ip or not _DNS_NAME.match(host) or url.path not in ("", "/"):
+        raise ConfigError(f"{name} must be https://<host>[:port] with a DNS name as host, got {template!r}")
+    return template.rstrip("/")
 
 
 def _distro(env: Mapping[str, str]) -> str:

@@ -10,7 +10,8 @@ both forced by the real vcluster 0.21 chart (design.md section 5):
   (``https://<release>.<namespace>.svc:443``, which a pod in any namespace resolves), so the stored
   kubeconfig works for in-cluster clients; the chart's default (``https://localhost:8443``) only
   works inside the vCluster pod. The chart's certificate covers only ``<release>.<namespace>``,
-  so ``controlPlane.proxy.extraSANs`` adds the ``.svc`` and ``.svc.cluster.local`` names.
+  so ``controlPlane.proxy.extraSANs`` adds the ``.svc`` and ``.svc.cluster.local`` names, and the
+  host of ``VCLUSTER_EXTERNAL_SERVER`` when one is set.
 
 ``ENVIRONMENT``, the tenant's names and its owner labels (``shared.ownership``: the Tenant
 object's uid, namespace and name) become labels on the control plane StatefulSet; the owner
@@ -35,6 +36,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlparse
 
 from shared.isolation import Isolation
 from shared.ownership import legacy_release_labels, owner_labels
@@ -46,10 +48,16 @@ DISTROS = ("k3s", "k8s")  # VCLUSTER_DISTRO; k3s is the original operator's
 
 
 def vcluster_values(
-    tenant: Tenant, environment: str, isolation: Isolation = CHART_DEFAULTS, service_cidr: str = "", distro: str = "k3s"
+    tenant: Tenant,
+    environment: str,
+    isolation: Isolation = CHART_DEFAULTS,
+    service_cidr: str = "",
+    distro: str = "k3s",
+    external_server: str = "",
 ) -> dict[str, Any]:
     """The values of ``tenant``'s release (install passes ``Settings.isolation``, the host's
-    Service range and ``VCLUSTER_DISTRO``; the default is the chart's own numbers and k3s)."""
+    Service range, ``VCLUSTER_DISTRO`` and ``VCLUSTER_EXTERNAL_SERVER``; the default is the chart's
+    own numbers, k3s and no external address)."""
     if distro not in DISTROS:
         raise ValueError(f"distro {distro!r} is not one of {DISTROS}")
     spec = tenant.spec
@@ -58,7 +66,7 @@ def vcluster_values(
     values: dict[str, Any] = {
         "controlPlane": {
             "distro": {distro: {"enabled": True}},
-            "proxy": {"extraSANs": list(names.server_names)},
+            "proxy": {"extraSANs": [*names.server_names, *_host_of(names.external_server(external_server))]},
             "statefulSet": {
                 "resources": {"requests": dict(quota), "limits": dict(quota)},
                 "labels": {LABEL_ENVIRONMENT: environment} | legacy_release_labels(tenant) | owner_labels(tenant),
@@ -76,6 +84,12 @@ def vcluster_values(
     if service_cidr:
         values["serviceCIDR"] = service_cidr
     return values
+
+
+def _host_of(server: str) -> list[str]:
+    """The host of an https:// address, as a one-item list (none for no address)."""
+    host = urlparse(server).hostname if server else None
+    return [host] if host else []
 
 
 def distro_of(values: Mapping[str, Any]) -> str:

@@ -88,6 +88,20 @@ def read_kubeconfig(raw: bytes) -> Credentials:
     )
 
 
+def with_server(raw: bytes, server: str) -> bytes:
+    """The same kubeconfig with the current context's cluster at ``server`` (the external address
+    store-kubeconfig adds as a second key); everything else, credentials included, as it was."""
+    doc = yaml.safe_load(raw)
+    if not isinstance(doc, dict):
+        raise UnusableKubeconfig("the kubeconfig is not a mapping")
+    context = _named(doc.get("contexts"), doc.get("current-context"), "context")
+    cluster = _named(doc.get("clusters"), context.get("cluster"), "cluster")
+    if not isinstance(cluster, dict):
+        raise UnusableKubeconfig("the kubeconfig's cluster is not a mapping")
+    cluster["server"] = server
+    return yaml.safe_dump(doc, sort_keys=False).encode()
+
+
 def verdict(server: str, answers: Sequence[tuple[Check, int | str]]) -> str | None:
     """What the answers say is missing (the first check that did not answer 200), or None.
 

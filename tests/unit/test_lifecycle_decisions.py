@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import yaml
 from cloudevents.core.base import BaseCloudEvent
 from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import REGISTRY
@@ -577,6 +578,30 @@ def test_store_copies_the_kubeconfig_with_owner_labels_and_replies_only_its_name
     assert reply is not None and reply.get_type() == events.KUBECONFIG_STORED
     assert reply.get_data() == events.ref_data(ref_of(obj)) | {"kubeconfigSecret": BOB_SECRET}
     assert "s3cret" not in json.dumps(reply.get_data())
+
+
+def test_store_adds_the_kubeconfig_at_the_external_address_when_one_is_set(kube: FakeKube, helm: FakeHelm) -> None:
+    exported = yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": "https://vc-bob-dev.vcluster-bob-dev.svc:443"}}],
+            "users": [{"name": "u", "user": {"token": "s3cret"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "c",
+        }
+    ).encode()
+    settings = dataclasses.replace(SETTINGS, external_server="https://{tenant}.vclusters.example.com")
+    obj = provision(kube, helm)
+    kube.boot_vcluster("bob-dev", exported)
+
+    assert store_kubeconfig.handle(kube, settings, ref_of(obj)) is not None
+
+    data = kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"]
+    assert data[KUBECONFIG_KEY] == exported  # the one Ready was proven with, byte for byte
+    external = yaml.safe_load(data["kubeconfig-external"])
+    assert external["clusters"][0]["cluster"]["server"] == "https://bob-dev.vclusters.example.com"
+    assert external["users"] == yaml.safe_load(exported)["users"]
 
 
 def test_store_does_not_rewrite_an_identical_secret(kube: FakeKube, helm: FakeHelm) -> None:

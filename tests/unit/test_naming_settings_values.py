@@ -100,6 +100,10 @@ def test_settings_read_the_environment() -> None:
         ("CLEANUP_POLL_SECONDS", "60", "CLEANUP_POLL_SECONDS must be at most 15"),
         ("CLEANUP_POLL_SECONDS", "-1", "CLEANUP_POLL_SECONDS"),
         ("VCLUSTER_DISTRO", "k0s", "VCLUSTER_DISTRO must be one of k3s, k8s, got 'k0s'"),
+        ("VCLUSTER_EXTERNAL_SERVER", "http://{tenant}.example.com", "must be https://<host>"),
+        ("VCLUSTER_EXTERNAL_SERVER", "https://10.0.0.1:6443", "with a DNS name as host"),
+        ("VCLUSTER_EXTERNAL_SERVER", "https://{tenant}.example.com/api", "must be https://<host>"),
+        ("VCLUSTER_EXTERNAL_SERVER", "https://{user}.example.com", "not \\['user'\\]"),
     ],
 )
 def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:
@@ -222,3 +226,21 @@ def test_a_running_vcluster_keeps_its_distro_and_a_new_one_gets_the_setting() ->
     assert distro_of({"controlPlane": {}}) == "k8s"  # the chart's own default
     # A release made without a distro runs the chart's default, k8s, and keeps it.
     assert keep_distro(running_k3s, {})["controlPlane"]["distro"] == {"k8s": {"enabled": True}}
+
+
+def test_an_external_address_is_a_certificate_name_of_each_vcluster() -> None:
+    settings = Settings.from_env({"VCLUSTER_EXTERNAL_SERVER": "https://{tenant}.vclusters.example.com:6443"} | SENDERS)
+    spec = TenantSpec("3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b", "alice-default", CS_ID, Quota("2", "4Gi"))
+    tenant = Tenant(TENANT_NAMESPACE, "alice", "uid-1", 1, "7", spec)
+    assert spec.names.external_server(settings.external_server) == "https://alice-default.vclusters.example.com:6443"
+    values = vcluster_values(tenant, "staging", external_server=settings.external_server)
+    assert values["controlPlane"]["proxy"]["extraSANs"] == [
+        "vc-alice-default.vcluster-alice-default.svc",
+        "vc-alice-default.vcluster-alice-default.svc.cluster.local",
+        "alice-default.vclusters.example.com",
+    ]
+    assert Settings.from_env(SENDERS).external_server == ""
+    assert vcluster_values(tenant, "staging")["controlPlane"]["proxy"]["extraSANs"] == [
+        "vc-alice-default.vcluster-alice-default.svc",
+        "vc-alice-default.vcluster-alice-default.svc.cluster.local",
+    ]
