@@ -14,6 +14,8 @@ coldstart     process start to first event answered per function; import cost pe
 resync        one resync pass over 1,000 settled Tenants: time, API requests, writes (``bench.resync``)
 helm          one Tenant at a time: raw helm against the install function and the whole pipeline
               (``bench.helm``)
+readiness     what proving Ready costs: check-ready's probe of a vCluster's API through its
+              kubeconfig (``bench.readiness``)
 ============  ===================================================================================
 
 ``python -m bench.startup`` (the stack's own start), ``python -m bench.tracing`` (what tracing
@@ -33,9 +35,15 @@ Benchmark = Callable[[Sequence[str]], list[Table]]
 
 
 def benchmarks() -> dict[str, Benchmark]:
-    from . import burst, coldstart, helm, resync
+    from . import burst, coldstart, helm, readiness, resync
 
-    return {"burst": burst.main, "coldstart": coldstart.main, "resync": resync.main, "helm": helm.main}
+    return {
+        "burst": burst.main,
+        "coldstart": coldstart.main,
+        "resync": resync.main,
+        "helm": helm.main,
+        "readiness": readiness.main,
+    }
 
 
 DEFAULT = ("burst", "coldstart", "resync")

@@ -273,6 +273,8 @@ class ServiceProxy:
         status = 502
         try:
             upstream = socket.create_connection(target, timeout=10) if target is not None else None
+            if upstream is not None:  # TLS records both ways as they come, no delayed ACK waits
+                upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             upstream = None
         try:
