@@ -10,7 +10,9 @@ nor when the step's last answer said another process had the work in hand (``"in
 
 Tenant updates go to two functions (install, and cleanup for a Tenant being deleted); which one
 gave up is named by ``knativeerrordest`` when it names a function's Service, and otherwise by
-the event: an update showing a deletion was cleanup's (install leaves those alone).
+the event: an update showing a deletion was cleanup's (install leaves those alone). resync's own
+re-drives (``io.kubeopera.tenant.install`` and ``.cleanup``) end here too when their step gives
+up, so a re-driven install that keeps failing ends Failed instead of Pending for ever.
 """
 
 from __future__ import annotations
@@ -36,14 +38,16 @@ log = logging.getLogger(__name__)
 
 # Which function an event type is delivered to (design.md section 3); names the step that failed
 # without depending on how the broker spells the subscriber's address.
+CLEANUP_STEP = "tenant-cleanup"
 STEP_FOR_TYPE = {
     events.APISERVER_ADD: "tenant-install",
     events.APISERVER_UPDATE: "tenant-install",
+    events.INSTALL: "tenant-install",  # resync's re-drive of install
     events.PROVISIONING: "tenant-check-ready",
     events.READY: "tenant-store-kubeconfig",
     events.KUBECONFIG_STORED: "tenant-notify-api",
+    events.CLEANUP: CLEANUP_STEP,  # resync's re-drive of cleanup
 }
-CLEANUP_STEP = "tenant-cleanup"
 STEPS = (*dict.fromkeys(STEP_FOR_TYPE.values()), CLEANUP_STEP)
 
 

@@ -1207,6 +1207,37 @@ def test_dead_letter_names_a_deletion_cleanups_failure(kube: FakeKube) -> None:
     assert kube.event_reasons() == ["CleanupFailed"]
 
 
+@pytest.mark.parametrize(
+    ("event_type", "status", "step", "reason"),
+    [
+        (events.INSTALL, {"phase": "Pending"}, "tenant-install", "DeliveryFailed"),
+        (events.CLEANUP, {"phase": "Deleting"}, "tenant-cleanup", "CleanupFailed"),
+    ],
+    ids=["install", "cleanup"],
+)
+def test_dead_letter_takes_resyncs_own_redrives_and_fails_the_tenant(
+    kube: FakeKube, helm: FakeHelm, event_type: str, status: dict[str, str], step: str, reason: str
+) -> None:
+    """A re-drive resync sent (``io.kubeopera.tenant.install`` or ``.cleanup``) that its step gave
+    up on ends the Tenant Failed, naming the step, instead of a 400 and a Tenant Pending for ever."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=status, finalizers=[FINALIZER]))
+    sent = events.make(event_type, "resync", ref_of(obj))
+    attributes = sent.get_attributes() | {
+        "knativeerrordest": f"http://{step}.{TENANT_NAMESPACE}.svc.cluster.local",
+        "knativeerrorcode": "503",
+        "knativeerrordata": base64.b64encode(b'{"error": "still failing"}').decode(),
+    }
+    answer = deliver(
+        dead_letter.create_app(runtime(kube, helm)), CloudEvent(attributes=attributes, data=sent.get_data())
+    )
+
+    assert answer.status_code == 204
+    tenant = live(kube)
+    assert tenant.status.phase == "Failed"
+    assert tenant.status.message == f"{event_type} could not be delivered to {step}: last answer 503: still failing"
+    assert kube.event(reason)["type"] == "Warning"
+
+
 def test_dead_letter_never_fails_a_ready_tenant(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     obj = provisioned_and_stored(kube, helm)
     notify_api.handle(kube, api, ref_of(obj))
