@@ -62,6 +62,7 @@ class Group:
             "-p",
             "no:cacheprovider",
             f"--basetemp={basetemp}",
+            "--durations=15",  # where a group's time goes, in its log (setup: a stack's start)
             *self.pytest_args,
             *self.paths,
         ]
