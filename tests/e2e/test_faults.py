@@ -316,6 +316,62 @@ def test_duplicate_concurrent_deliveries_to_two_install_processes(
     report("duplicate concurrent deliveries to two install processes", ready(kube, "fa-twin"), started)
 
 
+def test_a_vcluster_booted_with_the_wrong_service_range_is_never_ready(
+    pipeline: Stack, kube: Kube, adapter_down: None
+) -> None:
+    """vcluster 0.21.2 on a 1.33+ host: an install told the wrong Service range (an install pod
+    with ``SERVICE_CIDR=10.96.0.0/12``, the syncer's own fallback; the host's is 10.0.0.0/24) gives
+    a vCluster that crash-loops: Failed at the timeout, never Ready. Retried with the right range
+    (the real install), it boots, but keeps the range of its first boot: no ``kubernetes`` Service
+    inside. Ready used to be declared there; now the Tenant is Failed again, saying so."""
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-range", cs(9)))
+    obj = json.loads(pipeline.kubectl("get", "kt", "fa-range", "-n", TENANT_NAMESPACE, "-o", "json"))
+    _, wrong = pipeline.start_replica("tenant-install", {"SERVICE_CIDR": "10.96.0.0/12"}, "tenant-install-range")
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "range-1",
+        "ce-source": "/apis/v1/namespaces/kubeopera-system/tenants/fa-range",
+        "ce-type": "dev.knative.apiserver.resource.add",
+        "ce-kind": "Tenant",
+        "content-type": "application/json",
+    } | pipeline.delivery_authorization("tenant-install")
+    answer = requests.post(wrong, headers=headers, data=json.dumps(obj), timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert helm(pipeline, "get", "values", "vc-fa-range", "-n", "vcluster-fa-range")["serviceCIDR"] == "10.96.0.0/12"
+    start_adapter_again(pipeline)
+    idle_longer_than_a_poll(kube, "fa-range")
+    tick(pipeline)  # install's reply came back to this test: resync resumes the chain
+
+    failed = wait_for("fa-range Failed", lambda: phase_of(kube, "fa-range", "Failed"), timeout=TIMEOUT_SECONDS + 60)
+    assert "waiting for StatefulSet vcluster-fa-range/vc-fa-range to roll out generation 1" in failed.status.message
+    assert kube.get_secret(TENANT_NAMESPACE, f"tenant-{cs(9)}-kubeconfig") is None
+
+    # The runbook's retry: the real install now, with the right range; a new StatefulSet generation.
+    pending = json.dumps({"status": {"phase": "Pending"}})
+    pipeline.kubectl(
+        "patch", "kt", "fa-range", "-n", TENANT_NAMESPACE, "--subresource=status", "--type=merge", "-p", pending
+    )
+    kept = wait_for(
+        "fa-range Failed again, on the range it kept",
+        lambda: (
+            t
+            if (t := phase_of(kube, "fa-range", "Failed")) is not None
+            and t.status.observed_generation == 1
+            and "Service default/kubernetes does not exist" in t.status.message
+            else None
+        ),
+        timeout=TIMEOUT_SECONDS + 90,
+    )
+    assert helm(pipeline, "get", "values", "vc-fa-range", "-n", "vcluster-fa-range")["serviceCIDR"] == "10.0.0.0/24"
+    rollout = kube.get_rollout("vcluster-fa-range", "vc-fa-range")
+    assert rollout is not None and rollout.done and rollout.generation == 2, "it booted: what Ready used to mean"
+    ready_condition = kept.status.condition("Ready")
+    assert ready_condition is not None and ready_condition.reason == "ProvisionTimeout"
+    assert kube.get_secret(TENANT_NAMESPACE, f"tenant-{cs(9)}-kubeconfig") is None, "nothing handed over"
+    report("vCluster first booted with the wrong Service range", kept, started)
+
+
 def test_stored_kubeconfig_deleted(pipeline: Stack, kube: Kube) -> None:
     name = f"tenant-{cs(1)}-kubeconfig"
     before = json.loads(pipeline.kubectl("get", "secret", name, "-n", TENANT_NAMESPACE, "-o", "json"))
