@@ -6,7 +6,11 @@ Every Trigger's ``deadLetterSink``. Knative sends the original event with extens
 errors as ``{"error": message}``, so that message becomes the Tenant's ``status.message``.
 Nothing is changed for a Tenant that is gone, replaced, at a newer generation, or already Ready,
 nor when the step's last answer said another process had the work in hand (``"inHand": true``,
-``errors.WorkInHand``): a second delivery that waited on another pod's helm run is not a failure.
+``errors.WorkInHand``): a second delivery that waited on another pod's helm run is not a failure;
+nor for install's dead letter once install has recorded its outcome for that generation after the
+event was made (Provisioning, ``lastSyncedAt`` not older than the event): one of its many no-op
+deliveries failing, or a stale one from before a retry, says nothing about a Tenant that is
+provisioning fine.
 
 Tenant updates go to two functions (install, and cleanup for a Tenant being deleted); which one
 gave up is named by ``knativeerrordest`` when it names a function's Service, and otherwise by
@@ -21,6 +25,7 @@ import base64
 import binascii
 import json
 import logging
+from datetime import UTC, datetime
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
@@ -29,9 +34,9 @@ from functions.cleanup import shows_deletion
 from shared import events
 from shared.http import IN_HAND, Step, function_app
 from shared.kube import Kube
-from shared.reconcile import mark_failed
+from shared.reconcile import live_tenant, mark_failed
 from shared.runtime import Runtime
-from shared.tenant import TenantRef
+from shared.tenant import Phase, Tenant, TenantRef, parse_time
 
 NAME = "dead-letter"
 log = logging.getLogger(__name__)
@@ -88,6 +93,33 @@ def failure_reason(event: BaseCloudEvent) -> str:
     return f"{reason}: {detail}" if detail else reason
 
 
+def sent_at(event: BaseCloudEvent) -> datetime | None:
+    """When the Tenant was as the event shows it: the ``lastSyncedAt`` of the object an
+    ApiServerSource event carries (``datetime.min``: not synced yet, older than any outcome), else
+    the event's ``time`` (resync's and the chain's own events); None when neither says."""
+    data = event.get_data()
+    if event.get_type() in events.APISERVER_TYPES and isinstance(data, dict):
+        status = data.get("status")
+        synced = parse_time(status.get("lastSyncedAt")) if isinstance(status, dict) else None
+        return synced or datetime.min.replace(tzinfo=UTC)
+    return event.get_time()
+
+
+def install_outcome_recorded(tenant: Tenant, ref: TenantRef, event: BaseCloudEvent) -> bool:
+    """Did install record its outcome for this generation after the dead-lettered event was made?
+    Then the step did its work in another delivery (its own status write coming back, a quota
+    change, resync, a stale event from before a retry): the failure of this one changes nothing."""
+    sent = sent_at(event)
+    recorded = parse_time(tenant.status.last_synced_at)
+    return (
+        tenant.status.phase == Phase.PROVISIONING
+        and tenant.status.observed_generation == ref.generation
+        and sent is not None
+        and recorded is not None
+        and recorded >= sent
+    )
+
+
 def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     reason = failure_reason(event)
     dest = str(event.get_extension("knativeerrordest") or "")
@@ -96,6 +128,13 @@ def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent 
         # that process answers for the outcome, and resync re-drives a Tenant whose holder died.
         log.info("dead letter of work another process had in hand; not a failure", extra={"reason": reason})
         return None
+    if failed_step(event) == "tenant-install":
+        tenant = live_tenant(kube, ref)
+        if tenant is not None and install_outcome_recorded(tenant, ref, event):
+            log.info(
+                "dead letter of an install whose outcome is recorded since; not a failure", extra={"reason": reason}
+            )
+            return None
     log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
     mark_failed(kube, ref, reason, reason="CleanupFailed" if failed_step(event) == CLEANUP_STEP else "DeliveryFailed")
     return None

@@ -1238,6 +1238,40 @@ def test_dead_letter_takes_resyncs_own_redrives_and_fails_the_tenant(
     assert kube.event(reason)["type"] == "Warning"
 
 
+def test_dead_letter_of_an_install_delivery_fails_nothing_once_install_recorded_its_outcome(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """One of install's no-op deliveries (its own status write coming back) is dead-lettered while
+    the Tenant provisions fine: Provisioning at that generation, recorded no earlier than the event
+    was made. The Tenant stays Provisioning and goes on to Ready."""
+    obj = provision(kube, helm)  # Provisioning: install recorded its outcome
+    echo = current(kube, TENANT_NAMESPACE, "bob-dev")  # the update event of that very status write
+    mark = len(kube.journal)
+    dest = f"http://tenant-install.{TENANT_NAMESPACE}.svc"
+
+    dead_letter.handle(kube, dead_lettered(echo, dest, "503", b'{"error": "busy"}'), ref_of(obj))
+
+    assert live(kube).status.phase == "Provisioning" and since(kube, mark) == []
+    booted(kube)
+    assert run_check(kube, helm, obj) is not None
+
+
+def test_dead_letter_of_an_install_fails_a_tenant_install_never_took(kube: FakeKube, helm: FakeHelm) -> None:
+    """The same dead letter for a Tenant install never made Provisioning (after a retry: Pending,
+    the earlier Provisioning long gone) is a real failure."""
+    obj = provision(kube, helm)
+    echo = current(kube, TENANT_NAMESPACE, "bob-dev")
+    mark_failed(kube, ref_of(obj), "vCluster not ready", "ProvisionTimeout")
+    retried = kube.patch_tenant_status(live(kube), StatusUpdate(phase=Phase.PENDING, fields={"message": "retry"}))
+    assert retried.status.phase == "Pending"
+    dest = f"http://tenant-install.{TENANT_NAMESPACE}.svc"
+
+    dead_letter.handle(kube, dead_lettered(echo, dest, "503", b'{"error": "helm failed"}'), ref_of(obj))
+
+    assert live(kube).status.phase == "Failed"
+    assert live(kube).status.message.endswith("last answer 503: helm failed")
+
+
 def test_dead_letter_never_fails_a_ready_tenant(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     obj = provisioned_and_stored(kube, helm)
     notify_api.handle(kube, api, ref_of(obj))
