@@ -16,7 +16,13 @@ acknowledged at once, without an API call. For one that is:
    is not asked what to delete: the uninstall is skipped with a Warning Event ``ReleaseTampered``
    and the namespace deleted all the same;
 3. while the namespace still exists (Terminating), 503 with ``Retry-After:
-   CLEANUP_POLL_SECONDS``: the broker asks again, as it does for check-ready;
+   CLEANUP_POLL_SECONDS``: the broker asks again, as it does for check-ready. What it waits for
+   (the namespace controller's own words: which resources, which finalizers remain) is the
+   Tenant's message, written with ``lastSyncedAt`` whenever it changes. cleanup gives up only when
+   it has not changed for ``CLEANUP_STALL_SECONDS`` (Failed, reason ``CleanupFailed``, saying what
+   is stuck): a deletion that moves, however slowly (a pod with a long grace period), is waited
+   for. The broker's retry budget never decides: after ``RENEW_AFTER_POLLS`` polls of one event
+   cleanup answers with a fresh ``io.kubeopera.tenant.cleanup``, as check-ready renews its poll;
 4. once everything is gone: a PersistentVolume that one of the namespace's claims was bound to
    and that outlived it (reclaim policy ``Retain``: the vCluster's data, its CA key among it) is
    reported with a Warning Event ``VolumeRetained`` and in the log, or deleted when
@@ -41,7 +47,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared import claims, events
-from shared.errors import NamespaceTerminating, NotReadyYet, ReleaseTampered
+from shared.errors import CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
@@ -50,13 +56,25 @@ from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, leg
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import COND_READY, Phase, StatusUpdate, Tenant, TenantEvent, TenantRef, rfc3339, utcnow
+from shared.tenant import (
+    COND_READY,
+    Phase,
+    StatusUpdate,
+    Tenant,
+    TenantEvent,
+    TenantRef,
+    parse_time,
+    rfc3339,
+    utcnow,
+)
 
 if TYPE_CHECKING:  # resync and dead-letter import this module's rules, and run no helm
     from shared.helm import Helm
 
 NAME = "cleanup"
-CLEANUP_FAILED = "CleanupFailed"
+CLEANUP_FAILED = CleanupStalled.reason
+# Well below the cleanup Trigger's `retry: 60`: an event polled this many times is renewed.
+RENEW_AFTER_POLLS = 20
 log = logging.getLogger(__name__)
 
 
@@ -117,7 +135,8 @@ def handle(
             _uninstall(kube, helm, settings, tenant)
             kube.delete_namespace(names.namespace)
             log.info("namespace deletion started", extra={"namespace": names.namespace})
-        waiting.append(f"namespace {names.namespace} to be deleted")
+        remaining = f" ({namespace.remaining})" if namespace.remaining else ""
+        waiting.append(f"namespace {names.namespace} to be deleted{remaining}")
     elif namespace is not None:
         _left_alone(kube, tenant, str(claims.namespace_thing(tenant)), verdict)
 
@@ -130,7 +149,7 @@ def handle(
         _left_alone(kube, tenant, str(claims.secret_thing(tenant, settings.tenant_namespace)), verdict)
 
     if waiting:
-        raise NotReadyYet("waiting for " + ", ".join(waiting), retry_after=settings.cleanup_poll_seconds)
+        return _wait(kube, settings, tenant, event, "waiting for " + ", ".join(waiting))
     _retained_volumes(kube, settings, tenant)
     claims.release_cloud_space(kube, tenant)
     kube.record_event(tenant, TenantEvent("Normal", "CleanupFinished", "vCluster and stored kubeconfig removed"))
@@ -141,6 +160,30 @@ def handle(
     log.info("cleanup finished; finalizer removed")
     _tell_kubeopera_api(kube, api, tenant)
     return None
+
+
+def _wait(kube: Kube, settings: Settings, tenant: Tenant, event: BaseCloudEvent, message: str) -> BaseCloudEvent:
+    """The deletion is under way: write what it waits for when that changed (progress); give up
+    when it has not changed for ``CLEANUP_STALL_SECONDS``; renew an event polled long enough;
+    otherwise poll again after ``CLEANUP_POLL_SECONDS``."""
+    now = utcnow()
+    if message != tenant.status.message:
+        write_status(
+            kube, tenant, StatusUpdate(phase=Phase.DELETING, fields={"message": message, "lastSyncedAt": rfc3339(now)})
+        )
+    else:
+        since = parse_time(tenant.status.last_synced_at)
+        still = (now - since).total_seconds() if since else 0.0
+        if still > settings.cleanup_stall_seconds:
+            raise CleanupStalled(
+                f"nothing of the deletion moved for {still:.0f}s (CLEANUP_STALL_SECONDS="
+                f"{settings.cleanup_stall_seconds}): {message}"
+            )
+    sent = event.get_time()
+    if sent is not None and (now - sent).total_seconds() >= RENEW_AFTER_POLLS * settings.cleanup_poll_seconds:
+        log.info("renewing the poll event, so the broker's retry budget never ends it")
+        return events.make(events.CLEANUP, NAME, tenant.ref)
+    raise NotReadyYet(message, retry_after=settings.cleanup_poll_seconds)
 
 
 def _retained_volumes(kube: Kube, settings: Settings, tenant: Tenant) -> None:

@@ -82,6 +82,12 @@ class ProvisionTimeout(PermanentError):
     reason = "ProvisionTimeout"
 
 
+class CleanupStalled(PermanentError):
+    """Nothing of a Tenant's deletion moved for ``CLEANUP_STALL_SECONDS``; the message says what is stuck."""
+
+    reason = "CleanupFailed"
+
+
 class TenantGone(TenantError):
     """The Tenant disappeared while a step worked on it; there is nothing left to do."""
 

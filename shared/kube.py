@@ -73,10 +73,21 @@ class Volume:
     resource_version: str
 
 
+# The conditions the namespace controller sets on a namespace it is deleting, True while it waits.
+NAMESPACE_DELETION_CONDITIONS = (
+    "NamespaceContentRemaining",
+    "NamespaceFinalizersRemaining",
+    "NamespaceDeletionContentFailure",
+    "NamespaceDeletionDiscoveryFailure",
+    "NamespaceDeletionGroupVersionParsingFailure",
+)
+
+
 @dataclass(frozen=True)
 class NamespaceInfo:
     labels: Mapping[str, str]
     terminating: bool
+    remaining: str = ""  # while terminating: what the namespace controller says it waits for
 
 
 @dataclass(frozen=True)
@@ -303,7 +314,13 @@ class Kube:
         current = _found_or_none(f"get namespace {name}", lambda: self._core.read_namespace(name))
         if current is None:
             return None
-        return NamespaceInfo(dict(current.metadata.labels or {}), current.metadata.deletion_timestamp is not None)
+        conditions = (current.status.conditions or []) if current.status is not None else []
+        remaining = "; ".join(
+            str(c.message) for c in conditions if c.type in NAMESPACE_DELETION_CONDITIONS and c.status == "True"
+        )
+        return NamespaceInfo(
+            dict(current.metadata.labels or {}), current.metadata.deletion_timestamp is not None, remaining
+        )
 
     def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
         """Create the namespace with ``labels``; False if it exists already (then nothing changed)."""

@@ -47,6 +47,9 @@ class Settings:
     callback_timeout_seconds: float = 5.0
     ready_poll_seconds: int = 15
     cleanup_poll_seconds: int = 5
+    # CLEANUP_STALL_SECONDS: cleanup gives up (Failed, CleanupFailed) only when nothing of the
+    # deletion has moved for this long, saying what is stuck; a slow deletion that moves is waited for.
+    cleanup_stall_seconds: int = 300
     stuck_release_seconds: int = 180
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
@@ -122,6 +125,7 @@ class Settings:
             ),
             ready_poll_seconds=_poll(env, "READY_POLL_SECONDS", defaults.ready_poll_seconds),
             cleanup_poll_seconds=_poll(env, "CLEANUP_POLL_SECONDS", defaults.cleanup_poll_seconds),
+            cleanup_stall_seconds=_positive_int(env, "CLEANUP_STALL_SECONDS", defaults.cleanup_stall_seconds),
             stuck_release_seconds=_positive_int(env, "STUCK_RELEASE_SECONDS", defaults.stuck_release_seconds),
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),

@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 STUCK_SECONDS = 8  # STUCK_RELEASE_SECONDS: a pending release older than this is recovered
 TIMEOUT_SECONDS = 15  # PROVISION_TIMEOUT_SECONDS
+STALL_SECONDS = 20  # CLEANUP_STALL_SECONDS: a deletion that has not moved this long is given up
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,7 @@ def pipeline() -> Iterator[Stack]:
         stuck_release_seconds=STUCK_SECONDS,
         provision_timeout_seconds=TIMEOUT_SECONDS,
         vcluster_never_boot=r"vc-stuck-.*",
+        function_env={"CLEANUP_STALL_SECONDS": str(STALL_SECONDS)},
     )
     with start_stack(options) as stack:
         # These tests send resync's tick themselves, when a fault needs it: the stack holds the
@@ -472,6 +474,42 @@ def test_a_lost_chain_past_the_timeout_is_failed_by_resync(pipeline: Stack, kube
     ready = failed.status.condition("Ready")
     assert ready is not None and ready.reason == "ProvisionTimeout"
     report("chain lost, vCluster never boots: failed at the timeout by resync", failed, started)
+
+
+def test_a_deletion_that_stops_moving_fails_saying_what_is_stuck(pipeline: Stack, kube: Kube) -> None:
+    """Something in the Tenant's namespace holds a finalizer nobody removes (a stand-in for a pod
+    that never terminates): the namespace stays Terminating. cleanup waits while the deletion moves
+    and, once nothing has moved for CLEANUP_STALL_SECONDS, fails the Tenant (CleanupFailed) naming
+    what the namespace controller still waits for. The hold removed and the runbook's retry done,
+    the Tenant goes."""
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-hold", cs(10)))
+    ready(kube, "fa-hold")
+    hold = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "hold", "namespace": "vcluster-fa-hold", "finalizers": ["kubeopera.io/test-hold"]},
+    }
+    pipeline.kubectl("apply", "-f", "-", input=json.dumps(hold))
+    pipeline.kubectl("delete", "kt", "fa-hold", "-n", TENANT_NAMESPACE, "--wait=false")
+
+    failed = wait_for("fa-hold Failed", lambda: phase_of(kube, "fa-hold", "Failed"), timeout=STALL_SECONDS + 90)
+    condition = failed.status.condition("Ready")
+    assert condition is not None and condition.reason == "CleanupFailed"
+    assert "nothing of the deletion moved for" in failed.status.message
+    assert "kubeopera.io/test-hold" in failed.status.message, failed.status.message
+    assert failed.has_finalizer, "the Tenant stays, holding its finalizer, for a person"
+
+    pipeline.kubectl("patch", "configmap", "hold", "-n", "vcluster-fa-hold", "--type=merge", "-p",
+                     '{"metadata": {"finalizers": null}}')  # fmt: skip
+    pending = json.dumps({"status": {"phase": "Pending"}})
+    pipeline.kubectl(
+        "patch", "kt", "fa-hold", "-n", TENANT_NAMESPACE, "--subresource=status", "--type=merge", "-p", pending
+    )
+    wait_for("fa-hold gone", lambda: kube.get_tenant(TENANT_NAMESPACE, "fa-hold") is None, timeout=90)
+    assert not exists(pipeline, "namespace", "vcluster-fa-hold")
+    print(f"\nFAULT | a deletion that stops moving (a finalizer nobody removes) | CleanupFailed, then gone | "
+          f"{time.monotonic() - started:.1f} s")  # fmt: skip
 
 
 def test_resyncs_rbac_rules_are_all_used(pipeline: Stack) -> None:

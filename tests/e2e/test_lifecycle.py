@@ -509,6 +509,10 @@ def test_a_tenant_made_by_the_previous_version_is_adopted_once(pipeline: Stack, 
         },
         "sync": {"toHost": {"ingresses": {"enabled": True}, "serviceAccounts": {"enabled": True}}},
         "exportKubeConfig": {"server": "https://vc-kim.vcluster-kim:443"},
+        # A vCluster of the previous version that ever worked on this (1.34) host was given the
+        # host's Service range: without it vcluster 0.21.2 crash-loops at its first boot and keeps
+        # the wrong range for ever, adopted or not (test_faults: the wrong Service range).
+        "serviceCIDR": "10.0.0.0/24",
     }
     values_file = pipeline.run_dir / "kim-old-values.yaml"
     values_file.write_text(yaml.safe_dump(old_values))

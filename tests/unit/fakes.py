@@ -322,7 +322,9 @@ class FakeKube:
     def get_namespace(self, name: str) -> NamespaceInfo | None:
         _tally(self.calls, "get_namespace")
         found = self.namespaces.get(name)
-        return None if found is None else NamespaceInfo(dict(found["labels"]), found["terminating"])
+        if found is None:
+            return None
+        return NamespaceInfo(dict(found["labels"]), found["terminating"], found.get("remaining", ""))
 
     def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
         _tally(self.calls, "create_namespace")

@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY
 from functions import check_ready, cleanup, dead_letter, install, notify_api, store_kubeconfig
 from shared import access, events, locks
 from shared.errors import (
+    CleanupStalled,
     NotReadyYet,
     OwnershipConflict,
     PermanentError,
@@ -765,6 +766,59 @@ def test_cleanup_removes_what_the_tenant_owns_then_waits_for_the_namespace(
     assert kube.claims == {}
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None  # the API server let it go
     assert kube.event("CleanupStarted")["count"] == 1
+
+
+def test_cleanup_waits_while_the_deletion_moves_and_gives_up_only_when_it_stalls(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    """What the namespace controller says it waits for is the Tenant's message, written when it
+    changes; unchanged for CLEANUP_STALL_SECONDS, cleanup fails the Tenant (CleanupFailed) with it."""
+    provisioned_and_stored(kube, helm)
+    obj = deleted(kube, "bob-dev")
+    with pytest.raises(NotReadyYet):
+        run_cleanup(kube, helm, api, obj)
+    kube.namespaces[BOB_NS]["remaining"] = "Some resources are remaining: pods. has 2 resource instances"
+
+    with pytest.raises(NotReadyYet) as waiting:
+        run_cleanup(kube, helm, api, obj)
+    expected = (
+        f"waiting for namespace {BOB_NS} to be deleted (Some resources are remaining: pods. has 2 resource instances)"
+    )
+    assert str(waiting.value) == expected
+    assert live(kube).status.message == expected  # progress: written, lastSyncedAt with it
+
+    kube.tenants[(TENANT_NAMESPACE, "bob-dev")]["status"]["lastSyncedAt"] = EARLY
+    kube.namespaces[BOB_NS]["remaining"] = "Some resources are remaining: pods. has 1 resource instances"
+    with pytest.raises(NotReadyYet):  # one pod went: that is progress, however long it took
+        run_cleanup(kube, helm, api, obj)
+    assert live(kube).status.phase == "Deleting"
+    assert "has 1 resource instances" in live(kube).status.message
+
+    kube.tenants[(TENANT_NAMESPACE, "bob-dev")]["status"]["lastSyncedAt"] = EARLY  # and then nothing moves
+    with pytest.raises(CleanupStalled) as stalled:
+        run_cleanup(kube, helm, api, obj)
+    assert "nothing of the deletion moved for" in str(stalled.value)
+    assert f"(CLEANUP_STALL_SECONDS={SETTINGS.cleanup_stall_seconds})" in str(stalled.value)
+    assert str(stalled.value).endswith("pods. has 1 resource instances)")
+    assert stalled.value.reason == "CleanupFailed"
+
+
+def test_cleanup_renews_an_event_polled_long_enough(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
+    provisioned_and_stored(kube, helm)
+    obj = deleted(kube, "bob-dev")
+    with pytest.raises(NotReadyYet):
+        run_cleanup(kube, helm, api, obj)
+    budget = cleanup.RENEW_AFTER_POLLS * SETTINGS.cleanup_poll_seconds
+    sent = events.make(events.CLEANUP, "resync", ref_of(obj))
+    old = CloudEvent(
+        attributes=sent.get_attributes() | {"time": datetime.now(UTC) - timedelta(seconds=budget + 1)},
+        data=sent.get_data(),
+    )
+
+    reply = cleanup.handle(kube, helm, api, SETTINGS, old, ref_of(obj))
+
+    assert reply is not None and reply.get_type() == events.CLEANUP and reply.get_id() != old.get_id()
+    assert reply.get_data() == events.ref_data(ref_of(obj))
 
 
 def test_cleanup_answers_503_with_retry_after_cleanup_poll_seconds(
