@@ -32,6 +32,14 @@ HOST = {"serviceCIDR": SERVICE_CLUSTER_IP_RANGE}  # the test bed's Service range
 
 
 @pytest.fixture
+def helm(toolchain: Toolchain, chart_ref: str, kube_admin_kubeconfig: Path, tmp_path: Path) -> Helm:
+    """The real helm CLI, installing the stand-in chart from the test bed's registry as admin."""
+    return Helm(
+        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+    )
+
+
+@pytest.fixture
 def kube(kube_admin_kubeconfig: Path) -> Iterator[Kube]:
     client = Kube.connect(kube_admin_kubeconfig)
     yield client
@@ -44,17 +52,12 @@ def secret_config(kube: Kube, namespace: str, release: str) -> dict[str, object]
 
 
 def test_standin_boots_each_release_after_its_delay(
-    toolchain: Toolchain,
-    chart_ref: str,
+    helm: Helm,
     helm_env: dict[str, str],
     kube_admin_kubeconfig: Path,
     kube: Kube,
     test_namespace: str,
-    tmp_path: Path,
 ) -> None:
-    helm = Helm(
-        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
-    )
     server = f"https://vc-exported.{test_namespace}:443"
     helm.install_or_upgrade("vc-exported", test_namespace, HOST | {"exportKubeConfig": {"server": server}})
     helm.install_or_upgrade("vc-plain", test_namespace, HOST)
@@ -110,19 +113,14 @@ def test_standin_boots_each_release_after_its_delay(
     ],
 )
 def test_standin_never_boots_without_the_hosts_service_range(
-    toolchain: Toolchain,
-    chart_ref: str,
+    helm: Helm,
     kube_admin_kubeconfig: Path,
     kube: Kube,
     test_namespace: str,
-    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     values: dict[str, str],
     logged: list[str],
 ) -> None:
-    helm = Helm(
-        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
-    )
     helm.install_or_upgrade("vc-wrong", test_namespace, values)
     standin = VClusterStandIn.connect(kube_admin_kubeconfig, boot_seconds=0)
 
@@ -178,18 +176,13 @@ def values_for(release: str, namespace: str, **more: object) -> dict[str, object
 
 
 def test_a_booted_vcluster_answers_through_exactly_the_kubeconfig_it_exported(
-    toolchain: Toolchain,
-    chart_ref: str,
+    helm: Helm,
     kube_admin_kubeconfig: Path,
     kube: Kube,
     test_namespace: str,
-    tmp_path: Path,
     api_server: VirtualApiServer,
     cluster_network: ServiceProxy,
 ) -> None:
-    helm = Helm(
-        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
-    )
     for release in ("vc-good", "vc-down", "vc-short"):
         helm.install_or_upgrade(release, test_namespace, values_for(release, test_namespace))
     faults = Faults(api_down="vc-down", short_names="vc-short")
@@ -227,20 +220,15 @@ def test_a_booted_vcluster_answers_through_exactly_the_kubeconfig_it_exported(
 
 
 def test_a_vcluster_that_first_booted_with_the_wrong_range_works_nowhere_after_the_fix(
-    toolchain: Toolchain,
-    chart_ref: str,
+    helm: Helm,
     kube_admin_kubeconfig: Path,
     kube: Kube,
     test_namespace: str,
-    tmp_path: Path,
     api_server: VirtualApiServer,
     cluster_network: ServiceProxy,
 ) -> None:
     """The real vcluster 0.21.2 keeps the range of its first boot on its PVC: upgraded with the right
     ``serviceCIDR`` it runs and exports its kubeconfig, but has no ``kubernetes`` Service and no DNS."""
-    helm = Helm(
-        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
-    )
     wrong = values_for("vc-kept", test_namespace)
     del wrong["serviceCIDR"]
     helm.install_or_upgrade("vc-kept", test_namespace, wrong)
