@@ -131,12 +131,14 @@ ACCEPTS: dict[str, tuple[str, ...]] = {
     "check-ready": (events.PROVISIONING,),
     "store-kubeconfig": (events.READY,),
     "notify-api": (events.KUBECONFIG_STORED,),
-    "dead-letter": (
+    "dead-letter": (  # every type a Trigger with the dead-letter sink delivers, resync's re-drives too
         events.APISERVER_ADD,
         events.APISERVER_UPDATE,
+        events.INSTALL,
         events.PROVISIONING,
         events.READY,
         events.KUBECONFIG_STORED,
+        events.CLEANUP,
     ),
     "cleanup": (events.APISERVER_ADD, events.APISERVER_UPDATE, events.CLEANUP),
     "resync": (events.PING,),
