@@ -49,9 +49,7 @@ from shared.vcluster_api import VClusterProbe
 NAME = "check-ready"
 log = logging.getLogger(__name__)
 
-# Well below the check-ready Trigger's `retry: 44`, so that extra re-deliveries (a 503 of the API
-# server answered with a shorter Retry-After) never exhaust the budget before a renewal.
-RENEW_AFTER_POLLS = 20
+RENEW_AFTER_POLLS = events.RENEW_AFTER_POLLS  # shared with cleanup (events.renewal_due)
 
 
 class Poll(enum.Enum):
@@ -71,7 +69,7 @@ def poll_verdict(
             f"vCluster not ready {elapsed:.0f}s after provisioning began "
             f"(PROVISION_TIMEOUT_SECONDS={settings.provision_timeout_seconds}): {waiting}"
         )
-    if event_time is not None and (now - event_time).total_seconds() >= RENEW_AFTER_POLLS * settings.ready_poll_seconds:
+    if events.renewal_due(event_time, now, settings.ready_poll_seconds):
         return Poll.RENEW
     return Poll.AGAIN
 

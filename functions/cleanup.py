@@ -73,8 +73,7 @@ if TYPE_CHECKING:  # resync and dead-letter import this module's rules, and run 
 
 NAME = "cleanup"
 CLEANUP_FAILED = CleanupStalled.reason
-# Well below the cleanup Trigger's `retry: 60`: an event polled this many times is renewed.
-RENEW_AFTER_POLLS = 20
+RENEW_AFTER_POLLS = events.RENEW_AFTER_POLLS  # shared with check-ready (events.renewal_due)
 log = logging.getLogger(__name__)
 
 
@@ -179,8 +178,7 @@ def _wait(kube: Kube, settings: Settings, tenant: Tenant, event: BaseCloudEvent,
                 f"nothing of the deletion moved for {still:.0f}s (CLEANUP_STALL_SECONDS="
                 f"{settings.cleanup_stall_seconds}): {message}"
             )
-    sent = event.get_time()
-    if sent is not None and (now - sent).total_seconds() >= RENEW_AFTER_POLLS * settings.cleanup_poll_seconds:
+    if events.renewal_due(event.get_time(), now, settings.cleanup_poll_seconds):
         log.info("renewing the poll event, so the broker's retry budget never ends it")
         return events.make(events.CLEANUP, NAME, tenant.ref)
     raise NotReadyYet(message, retry_after=settings.cleanup_poll_seconds)

@@ -97,6 +97,18 @@ def ref_data(ref: TenantRef) -> dict[str, Any]:
     return {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid, "generation": ref.generation}
 
 
+# A step that polls through the broker's re-delivery (check-ready, cleanup) answers a fresh event
+# instead of a 503 once one event has been polled this many times: the broker then delivers it at
+# once, with a full retry budget. Well below the polling Triggers' retries (44, 60), so extra
+# re-deliveries (a 503 answered with a shorter Retry-After) never exhaust a budget first.
+RENEW_AFTER_POLLS: Final = 20
+
+
+def renewal_due(event_time: datetime | None, now: datetime, poll_seconds: int) -> bool:
+    """Has the event (sent at ``event_time``) been polled ``RENEW_AFTER_POLLS`` times?"""
+    return event_time is not None and (now - event_time).total_seconds() >= RENEW_AFTER_POLLS * poll_seconds
+
+
 def make(event_type: str, function: str, ref: TenantRef, **extra: Any) -> CloudEvent:
     """One of our own events (design.md section 3): source, subject and JSON data set."""
     return CloudEvent(
