@@ -46,6 +46,7 @@ import yaml
 
 from shared.naming import DEFAULT_TENANT_NAMESPACE
 from testbed.cluster import release
+from testbed.cluster.podlogs import PodLogs
 from testbed.controlplane import pki
 from testbed.images import build_all
 from testbed.local.project import CHART_DIR, project_path
@@ -127,6 +128,11 @@ class ClusterStack:
 
     def log_dir(self) -> Path:
         return self.node.dirs.logs
+
+    @property
+    def pod_logs(self) -> Path:
+        """Where the functions' pods' logs are kept (:class:`~testbed.cluster.podlogs.PodLogs`)."""
+        return self.run_dir / "pod-logs"
 
     def cluster_ip(self, service: str, namespace: str) -> str:
         """A Service's ClusterIP: kube-proxy answers it from this machine as from a pod."""
@@ -252,6 +258,7 @@ def _bring_up(
             node.kubeconfig, options.vcluster_boot_seconds, api_port=free_port(), api_host=NODE_IP, endpoints=True
         )
     )
+    stack.enter_context(PodLogs(node, NAMESPACE, functions, run_dir / "pod-logs"))
     return ClusterStack(
         node=node, tools=tools, registry=registry, chart_ref=chart_ref, api=api, functions=functions, run_dir=run_dir
     )

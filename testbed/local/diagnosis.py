@@ -20,11 +20,17 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from testbed.knative.broker_watch import Delivery
 from testbed.local.manifests import TENANT_NAMESPACE
 from testbed.local.stack import Stack
+
+
+class Kubectl(Protocol):
+    """A stack that runs kubectl as admin: a local :class:`Stack` or the cluster tier's."""
+
+    def kubectl(self, *args: str, input: str | None = None) -> str: ...
 
 MAX_LINES = 60
 
@@ -40,6 +46,11 @@ def explain(stack: Stack, since: float, max_lines: int = MAX_LINES) -> str:
             lambda: function_log_lines(stack.log_dir(), stack.functions, since),
         ),
     ]
+    return report(sections, max_lines)
+
+
+def report(sections: Iterable[tuple[str, Callable[[], list[str]]]], max_lines: int = MAX_LINES) -> str:
+    """The sections, each gathered on its own and cut to its last ``max_lines`` lines."""
     out: list[str] = []
     for title, gather in sections:
         try:
@@ -52,7 +63,7 @@ def explain(stack: Stack, since: float, max_lines: int = MAX_LINES) -> str:
     return "\n".join(out)
 
 
-def tenant_lines(stack: Stack) -> list[str]:
+def tenant_lines(stack: Kubectl) -> list[str]:
     listed = json.loads(stack.kubectl("get", "tenants", "-n", TENANT_NAMESPACE, "-o", "json"))
     lines = []
     for item in listed["items"]:
@@ -71,7 +82,7 @@ def tenant_lines(stack: Stack) -> list[str]:
     return lines
 
 
-def event_lines(stack: Stack) -> list[str]:
+def event_lines(stack: Kubectl) -> list[str]:
     selector = "--field-selector=involvedObject.kind=Tenant"
     listed = json.loads(stack.kubectl("get", "events", "-n", TENANT_NAMESPACE, selector, "-o", "json"))
     items = sorted(listed["items"], key=lambda e: int(e["metadata"]["resourceVersion"]))
@@ -103,10 +114,12 @@ def delivery_lines(deliveries: Iterable[Delivery], since: float) -> list[str]:
 
 
 def function_log_lines(log_dir: Path, services: Iterable[str], since: float) -> list[str]:
-    """The functions' lines about a Tenant and their ``answered`` lines since ``since``, in time order."""
+    """The functions' lines about a Tenant and their ``answered`` lines since ``since``, in time order:
+    from ``<service>.log`` (a local stack's process) and ``<service>/*.log`` (the cluster tier's pods)."""
     found: list[tuple[float, str]] = []
     for service in services:
-        found.extend(_log_records(log_dir / f"{service}.log", service, since))
+        for path in (log_dir / f"{service}.log", *sorted((log_dir / service).glob("*.log"))):
+            found.extend(_log_records(path, service, since))
     return [line for _, line in sorted(found)]
 
 

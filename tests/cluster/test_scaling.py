@@ -76,17 +76,11 @@ def test_a_burst_scales_install_out_and_not_notify_api(cluster: ClusterStack) ->
     try:
         cluster.kubectl("apply", "-f", "-", input="---\n".join(tenant(n, str(uuid.uuid4())) for n in names))
         for name in names:
-            try:  # Failed is as final as Ready: say so at once, not at the timeout
-                settled = wait_for(
-                    f"{name} to be Ready",
-                    lambda n=name: phase(cluster, n) in ("Ready", "Failed"),
-                    timeout=600,
-                    interval=2,
-                )
-                assert settled and phase(cluster, name) == "Ready"
-            except AssertionError:
-                shown = cluster.kubectl("get", "tenants", "-n", NAMESPACE, "-o", "yaml")
-                raise AssertionError(f"{name} is not Ready; the Tenants:\n{shown}") from None
+            # Failed is as final as Ready: say so at once, not at the timeout (the report's section
+            # "cluster: what happened" shows every Tenant's status and the functions' lines)
+            wait_for(f"{name} to be Ready or Failed", lambda n=name: phase(cluster, n) in ("Ready", "Failed"),
+                     timeout=600, interval=2)  # fmt: skip
+            assert phase(cluster, name) == "Ready", f"{name} is {phase(cluster, name)}"
         wait_for("every function back at zero", lambda: _all_at_zero(cluster), timeout=240, interval=2)
     finally:
         timeline.stop()

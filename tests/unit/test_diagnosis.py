@@ -55,11 +55,22 @@ def test_function_lines_are_the_tenants_and_the_answered_ones_since_the_start_in
     (tmp_path / "tenant-check-ready.log").write_text(
         line(since + 2.5, message="waiting for the StatefulSet", tenant="kubeopera-system/alice", level="INFO")
     )
-    lines = diagnosis.function_log_lines(tmp_path, ["tenant-install", "tenant-check-ready", "tenant-gone"], since)
+    pods = tmp_path / "tenant-notify-api"  # the cluster tier: one file per pod (testbed.cluster.podlogs)
+    pods.mkdir()
+    (pods / "tenant-notify-api-00001-deployment-a.log").write_text(
+        line(since + 4, message="kubeopera-api answered 200", tenant="kubeopera-system/alice")
+    )
+    (pods / "tenant-notify-api-00001-deployment-b.log").write_text(
+        line(since + 3.5, message="answered", status=200, result="replied", type="stored", id="1234567890", seconds=0)
+    )
+    services = ["tenant-install", "tenant-check-ready", "tenant-notify-api", "tenant-gone"]
+    lines = diagnosis.function_log_lines(tmp_path, services, since)
     assert [entry.split(" ", 1)[1] for entry in lines] == [
         "tenant-install: INFO kubeopera-system/alice: helm upgrade --install vc-alice",
         "tenant-check-ready: INFO kubeopera-system/alice: waiting for the StatefulSet",
         "tenant-install: answered 200 replied add id=abcdef01 1s",
+        "tenant-notify-api: answered 200 replied stored id=12345678 0s",
+        "tenant-notify-api: INFO kubeopera-system/alice: kubeopera-api answered 200",
     ]
 
 
