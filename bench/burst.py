@@ -66,7 +66,14 @@ from .workload import provision, tenant
 
 log = logging.getLogger(__name__)
 
-FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
+FUNCTIONS = (
+    "tenant-router",
+    "tenant-install",
+    "tenant-check-ready",
+    "tenant-store-kubeconfig",
+    "tenant-notify-api",
+    "tenant-cleanup",
+)
 OURS = f"system:serviceaccount:{TENANT_NAMESPACE}:"
 POLL_TENANT = "pollbench"
 POLL_SECONDS = 1

@@ -41,6 +41,7 @@ from .report import Table, spread, table
 from .workload import provision
 
 MODULES = {
+    "tenant-router": "functions.router",
     "tenant-install": "functions.install",
     "tenant-check-ready": "functions.check_ready",
     "tenant-store-kubeconfig": "functions.store_kubeconfig",
@@ -68,7 +69,7 @@ REF_TENANT = "coldstart"
 
 def event_for(service: str, stack: Stack, obj: Mapping[str, object], ref: TenantRef) -> tuple[dict[str, str], bytes]:
     """An event the service's Trigger delivers, about the settled Tenant ``ref``."""
-    if service == "tenant-install":
+    if service == "tenant-router":
         headers = {
             "ce-specversion": "1.0",
             "ce-id": f"cold-{time.monotonic_ns()}",
@@ -82,6 +83,7 @@ def event_for(service: str, stack: Stack, obj: Mapping[str, object], ref: Tenant
     if service == "tenant-resync":
         return ping_event(project_path("eventing", "resync-pingsource.yaml"))
     kinds = {
+        "tenant-install": (events.INSTALL, ref),
         "tenant-check-ready": (events.PROVISIONING, ref),
         "tenant-store-kubeconfig": (events.READY, ref),
         "tenant-notify-api": (events.KUBECONFIG_STORED, ref),

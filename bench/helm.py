@@ -18,17 +18,17 @@ Numbers are wall-clock on this machine; they are for comparison, and no test ass
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import requests
 
+from shared import events
 from shared.kube import Kube
+from shared.tenant import Tenant
 from testbed.local.stack import Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
@@ -88,20 +88,11 @@ def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
     def install_function() -> None:
         name = f"bench-fn-{next(counter)}"
         obj = kube.create_tenant(tenant(name))
+        headers, body = events.to_binary(events.make(events.INSTALL, "bench", Tenant.from_object(obj).ref))
         response = requests.post(
-            stack.function_urls["tenant-install"],
-            headers={
-                "ce-specversion": "1.0",
-                "ce-id": str(uuid.uuid4()),
-                "ce-source": "/bench",
-                "ce-type": "dev.knative.apiserver.resource.add",
-                "content-type": "application/json",
-            }
-            | install_sender,
-            data=json.dumps(obj),
-            timeout=120,
+            stack.function_urls["tenant-install"], headers=headers | install_sender, data=body, timeout=120
         )
-        # The adapter delivers the same add through the broker too; either may win, both are fine.
+        # The router sends install the same Tenant through the broker too; either may win, both are fine.
         assert response.status_code in (200, 204), response.text
 
     def to_ready() -> None:

@@ -34,7 +34,7 @@ from datetime import datetime
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import access, events, metrics
+from shared import access, events, lifecycle, metrics
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
 from shared.http import Step, function_app
 from shared.kube import Kube, Rollout
@@ -62,13 +62,9 @@ def poll_verdict(
 ) -> TenantError | Poll:
     """What to answer while the vCluster is not ready: give up (an error to raise), ask again
     after the poll interval (``Poll.AGAIN``), or renew the event (``Poll.RENEW``)."""
-    since = parse_time(tenant.status.last_synced_at)
-    elapsed = (now - since).total_seconds() if since else 0.0
+    elapsed = lifecycle.provision_elapsed(tenant, now) or 0.0
     if elapsed > settings.provision_timeout_seconds:
-        return ProvisionTimeout(
-            f"vCluster not ready {elapsed:.0f}s after provisioning began "
-            f"(PROVISION_TIMEOUT_SECONDS={settings.provision_timeout_seconds}): {waiting}"
-        )
+        return ProvisionTimeout(lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, waiting))
     if events.renewal_due(event_time, now, settings.ready_poll_seconds):
         return Poll.RENEW
     return Poll.AGAIN

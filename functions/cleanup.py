@@ -1,11 +1,10 @@
 """cleanup: a deleted Tenant takes its vCluster with it, and only what it owns.
 
-Takes ``dev.knative.apiserver.resource.update`` (and ``.add``), and resync's
-``io.kubeopera.tenant.cleanup``. install put the finalizer
-``kubeopera.io/cleanup`` on the Tenant, so ``kubectl delete`` only sets its
-``deletionTimestamp``; the ApiServerSource sends that as an update (design.md section 3), and the
-Trigger delivers every Tenant update here. An update whose object is not being deleted is
-acknowledged at once, without an API call. For one that is:
+Takes ``io.kubeopera.tenant.cleanup``: the router's (a Tenant whose deletion has begun, as the
+ApiServerSource's update shows it: install put the finalizer ``kubeopera.io/cleanup`` on the
+Tenant, so ``kubectl delete`` only sets its ``deletionTimestamp``, design.md section 3) and
+resync's (a deletion that never started or stalled). It re-reads the Tenant; for one that is being
+deleted, with the finalizer on (``lifecycle.wants_cleanup``):
 
 1. phase Deleting (Event ``CleanupStarted``);
 2. if namespace ``vcluster-{tenantName}`` is this Tenant's (``shared.ownership``): ``helm
@@ -41,12 +40,12 @@ phase is patched to Pending (``kubeopera-tenants retry``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import claims, events
+from shared import claims, events, lifecycle
 from shared.errors import CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -57,7 +56,6 @@ from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import (
-    COND_READY,
     Phase,
     StatusUpdate,
     Tenant,
@@ -68,32 +66,13 @@ from shared.tenant import (
     utcnow,
 )
 
-if TYPE_CHECKING:  # resync and dead-letter import this module's rules, and run no helm
+if TYPE_CHECKING:
     from shared.helm import Helm
 
 NAME = "cleanup"
-CLEANUP_FAILED = CleanupStalled.reason
+CLEANUP_FAILED = lifecycle.CLEANUP_FAILED
 RENEW_AFTER_POLLS = events.RENEW_AFTER_POLLS  # shared with check-ready (events.renewal_due)
 log = logging.getLogger(__name__)
-
-
-def shows_deletion(event: BaseCloudEvent) -> bool:
-    """Does the Tenant object in the ApiServerSource event carry a deletionTimestamp (resync's
-    ``io.kubeopera.tenant.cleanup`` always counts)? Only a hint (the live Tenant decides), but
-    one that spares an API call for every other update."""
-    if event.get_type() == events.CLEANUP:
-        return True
-    data: Any = event.get_data()
-    meta = data.get("metadata") if isinstance(data, dict) else None
-    return isinstance(meta, dict) and bool(meta.get("deletionTimestamp"))
-
-
-def gave_up(tenant: Tenant) -> bool:
-    """Cleanup failed (dead-lettered: reason CleanupFailed): like any Failed Tenant it waits for
-    a person, who fixes the cause and patches the phase to Pending (``kubeopera-tenants retry``).
-    Without this, the very status write that says so would start cleanup again at once."""
-    ready = tenant.status.condition(COND_READY)
-    return tenant.status.phase == Phase.FAILED and ready is not None and ready.reason == CLEANUP_FAILED
 
 
 def owned(verdict: Verdict) -> bool:
@@ -103,13 +82,11 @@ def owned(verdict: Verdict) -> bool:
 def handle(
     kube: Kube, helm: Helm, api: KubeoperaApi, settings: Settings, event: BaseCloudEvent, ref: TenantRef
 ) -> BaseCloudEvent | None:
-    if not shows_deletion(event):
-        return None
     tenant = kube.get_tenant(ref.namespace, ref.name)
     if tenant is None or tenant.uid != ref.uid or not tenant.deleting or not tenant.has_finalizer:
         log.info("nothing to clean up (tenant gone, replaced, not being deleted, or already cleaned)")
         return None
-    if gave_up(tenant):
+    if lifecycle.gave_up(tenant):
         log.info("cleanup failed before; it waits for its phase to be patched to Pending")
         return None
     if tenant.status.phase != Phase.DELETING:
@@ -259,7 +236,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
-            accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.CLEANUP}),
+            accepts=lifecycle.CLEANUP.takes,
             handle=lambda event, ref: handle(rt.kube, helm, api, rt.settings, event, ref),
             on_permanent=lambda ref, err: mark_failed(rt.kube, ref, f"cleanup: {err}", CLEANUP_FAILED),
         ),

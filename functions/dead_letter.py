@@ -8,15 +8,15 @@ Nothing is changed for a Tenant that is gone, replaced, at a newer generation, o
 nor when the step's last answer said another process had the work in hand (``"inHand": true``,
 ``errors.WorkInHand``): a second delivery that waited on another pod's helm run is not a failure;
 nor for install's dead letter once install has recorded its outcome for that generation after the
-event was made (Provisioning, ``lastSyncedAt`` not older than the event): one of its many no-op
-deliveries failing, or a stale one from before a retry, says nothing about a Tenant that is
-provisioning fine.
+event was made (Provisioning, ``lastSyncedAt`` not older than the event's ``time``): a duplicate
+(the router's and resync's for one change) failing, or a stale one from before a retry, says
+nothing about a Tenant that is provisioning fine.
 
-Tenant updates go to two functions (install, and cleanup for a Tenant being deleted); which one
-gave up is named by ``knativeerrordest`` when it names a function's Service, and otherwise by
-the event: an update showing a deletion was cleanup's (install leaves those alone). resync's own
-re-drives (``io.kubeopera.tenant.install`` and ``.cleanup``) end here too when their step gives
-up, so a re-driven install that keeps failing ends Failed instead of Pending for ever.
+Which step gave up is named by ``knativeerrordest`` when it names a function's Service, and
+otherwise by the event's type; what its dead letter means is that step's row of
+``shared.lifecycle.STEPS``: Failed with reason ``DeliveryFailed`` (install, check-ready,
+store-kubeconfig, notify-api), Failed with reason ``CleanupFailed`` (cleanup, resync's re-drive of
+it included), or nothing (the router: the change it could not route is re-driven by resync).
 """
 
 from __future__ import annotations
@@ -25,13 +25,11 @@ import base64
 import binascii
 import json
 import logging
-from datetime import UTC, datetime
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from functions.cleanup import shows_deletion
-from shared import events
+from shared import lifecycle
 from shared.http import IN_HAND, Step, function_app
 from shared.kube import Kube
 from shared.reconcile import live_tenant, mark_failed
@@ -41,30 +39,14 @@ from shared.tenant import Phase, Tenant, TenantRef, parse_time
 NAME = "dead-letter"
 log = logging.getLogger(__name__)
 
-# Which function an event type is delivered to (design.md section 3); names the step that failed
-# without depending on how the broker spells the subscriber's address.
-CLEANUP_STEP = "tenant-cleanup"
-STEP_FOR_TYPE = {
-    events.APISERVER_ADD: "tenant-install",
-    events.APISERVER_UPDATE: "tenant-install",
-    events.INSTALL: "tenant-install",  # resync's re-drive of install
-    events.PROVISIONING: "tenant-check-ready",
-    events.READY: "tenant-store-kubeconfig",
-    events.KUBECONFIG_STORED: "tenant-notify-api",
-    events.CLEANUP: CLEANUP_STEP,  # resync's re-drive of cleanup
-}
-STEPS = (*dict.fromkeys(STEP_FOR_TYPE.values()), CLEANUP_STEP)
 
-
-def failed_step(event: BaseCloudEvent) -> str:
-    """The function that gave up on ``event``."""
+def failed_step(event: BaseCloudEvent) -> lifecycle.Step | None:
+    """The step that gave up on ``event`` (None: a type no step takes)."""
     dest = str(event.get_extension("knativeerrordest") or "")
-    named = [step for step in STEPS if step in dest]
+    named = [step for step in lifecycle.STEPS if step.function in dest]
     if named:
-        return named[0]
-    if event.get_type() in events.APISERVER_TYPES and shows_deletion(event):
-        return CLEANUP_STEP
-    return STEP_FOR_TYPE.get(event.get_type(), "its subscriber")
+        return max(named, key=lambda step: len(step.function))  # the most precise name
+    return lifecycle.STEP_FOR_TYPE.get(event.get_type())
 
 
 def last_answer(event: BaseCloudEvent) -> tuple[str, dict[str, object]]:
@@ -89,46 +71,40 @@ def failure_reason(event: BaseCloudEvent) -> str:
     code = str(event.get_extension("knativeerrorcode") or "no response")
     text, body = last_answer(event)
     detail = str(body.get("error", "")) or text.strip()
-    reason = f"{event.get_type()} could not be delivered to {failed_step(event)}: last answer {code}"
+    step = failed_step(event)
+    to = step.function if step else "its subscriber"
+    reason = f"{event.get_type()} could not be delivered to {to}: last answer {code}"
     return f"{reason}: {detail}" if detail else reason
-
-
-def sent_at(event: BaseCloudEvent) -> datetime | None:
-    """When the Tenant was as the event shows it: the ``lastSyncedAt`` of the object an
-    ApiServerSource event carries (``datetime.min``: not synced yet, older than any outcome), else
-    the event's ``time`` (resync's and the chain's own events); None when neither says."""
-    data = event.get_data()
-    if event.get_type() in events.APISERVER_TYPES and isinstance(data, dict):
-        status = data.get("status")
-        synced = parse_time(status.get("lastSyncedAt")) if isinstance(status, dict) else None
-        return synced or datetime.min.replace(tzinfo=UTC)
-    return event.get_time()
 
 
 def install_outcome_recorded(tenant: Tenant, ref: TenantRef, event: BaseCloudEvent) -> bool:
     """Did install record its outcome for this generation after the dead-lettered event was made?
-    Then the step did its work in another delivery (its own status write coming back, a quota
-    change, resync, a stale event from before a retry): the failure of this one changes nothing."""
-    sent = sent_at(event)
-    recorded = parse_time(tenant.status.last_synced_at)
+    Then the step did its work in another delivery (the router's and resync's events for one
+    change, or a stale event from before a retry): the failure of this one changes nothing."""
+    sent = event.get_time()  # when the router or resync made it
+    recorded = parse_time(tenant.status.last_synced_at)  # whole seconds (RFC 3339 as written)
     return (
         tenant.status.phase == Phase.PROVISIONING
         and tenant.status.observed_generation == ref.generation
         and sent is not None
         and recorded is not None
-        and recorded >= sent
+        and recorded >= sent.replace(microsecond=0)
     )
 
 
 def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     reason = failure_reason(event)
     dest = str(event.get_extension("knativeerrordest") or "")
+    step = failed_step(event)
+    if step is None or step.dead_letter == lifecycle.DeadLetter.NOTHING:
+        log.warning("dead letter of a step whose failure fails no Tenant; resync re-drives", extra={"reason": reason})
+        return None
     if last_answer(event)[1].get(IN_HAND) is True:
         # The step's last answer was that another process was doing the very work (errors.WorkInHand):
         # that process answers for the outcome, and resync re-drives a Tenant whose holder died.
         log.info("dead letter of work another process had in hand; not a failure", extra={"reason": reason})
         return None
-    if failed_step(event) == "tenant-install":
+    if step == lifecycle.INSTALL:
         tenant = live_tenant(kube, ref)
         if tenant is not None and install_outcome_recorded(tenant, ref, event):
             log.info(
@@ -136,7 +112,7 @@ def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent 
             )
             return None
     log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
-    mark_failed(kube, ref, reason, reason="CleanupFailed" if failed_step(event) == CLEANUP_STEP else "DeliveryFailed")
+    mark_failed(kube, ref, reason, reason=step.dead_letter.value)
     return None
 
 
@@ -146,7 +122,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
-            accepts=frozenset(STEP_FOR_TYPE),
+            accepts=frozenset(t for step in lifecycle.STEPS if step.about_a_tenant for t in step.takes),
             handle=lambda event, ref: handle(rt.kube, event, ref),
             on_permanent=rt.mark_failed,
         ),

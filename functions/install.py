@@ -1,11 +1,9 @@
 """install: turn a Tenant's spec into a vCluster Helm release, then hand over to check-ready.
 
-Takes ``dev.knative.apiserver.resource.add`` / ``.update``, and resync's
-``io.kubeopera.tenant.install``. Re-reads the Tenant and leaves it
-alone when it is Failed (it waits for a patch to Pending), being deleted (cleanup's work), or
-already provisioned for its current generation (an update whose own object shows that, for a
-Tenant this process provisioned moments ago, is answered without reading it: ``settled_here``).
-Otherwise, in this order:
+Takes ``io.kubeopera.tenant.install``: the router's (a Tenant change that is work for install,
+``shared.lifecycle.next_step``) and resync's. Re-reads the Tenant and leaves it alone when it is
+Failed (it waits for a patch to Pending), being deleted (cleanup's work), or already provisioned
+for its current generation (``lifecycle.install_skip_reason``). Otherwise, in this order:
 
 1. a Tenant seen for the first time is written as phase Pending;
 2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
@@ -34,10 +32,11 @@ Otherwise, in this order:
 
 A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
 when the namespace is this Tenant's (``access.grant_if_ours``): a Tenant made before they
-existed gets them on its next delivery, its deletion included, so its cleanup can work, and a
-label changed by hand comes back (once ``access.RECHECK_SECONDS`` have passed since this
-process last checked). That is best effort: a refusal is logged, never a reason to fail a
-Tenant install otherwise leaves alone.
+existed gets them on its next delivery (resync sends one when its own reads there are refused,
+and one with each re-drive of a stalled deletion, so its cleanup can work), and a label changed
+by hand comes back (once ``access.RECHECK_SECONDS`` have passed since this process last checked).
+That is best effort: a refusal is logged, never a reason to fail a Tenant install otherwise
+leaves alone.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import access, claims, events, service_range
+from shared import access, claims, events, lifecycle, service_range
 from shared.errors import NamespaceTerminating, PermanentError, TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
@@ -76,59 +75,11 @@ NAME = "install"
 log = logging.getLogger(__name__)
 
 
-def is_settled(tenant: Tenant) -> bool:
-    """Provisioning or Ready for the current generation, with its release installed."""
-    return (
-        tenant.status.phase in (Phase.PROVISIONING, Phase.READY)
-        and tenant.status.observed_generation == tenant.generation
-        and tenant.status.is_true(COND_RELEASE_INSTALLED, tenant.generation)
-    )
-
-
-def skip_reason(tenant: Tenant) -> str | None:
-    """Why install leaves this Tenant alone, or None if it has work to do. A settled Tenant
-    without the finalizer was provisioned by the version before ownership: it goes through
-    install once more, which adds the finalizer and the owner labels (one helm revision)."""
-    if tenant.deleting:
-        return "tenant is being deleted; cleanup's work"
-    if tenant.status.phase == Phase.FAILED:
-        return "tenant is Failed; it waits for its phase to be patched to Pending"
-    if is_settled(tenant) and tenant.has_finalizer:
-        return "tenant already provisioned for this generation"
-    return None
-
-
-def settled_here(event: BaseCloudEvent) -> bool:
-    """An ApiServerSource update whose own Tenant object is settled for its generation, with the
-    finalizer, not being deleted, and whose grants this process ensured moments ago
-    (``access.recently_ensured``): the Tenant's own Provisioning, Ready or callback write coming
-    back to the process that provisioned it, answered without an API call. Only a hint, and safe
-    to act on by doing nothing: a later change of the Tenant is an event of its own, judged on its
-    own object; resync covers a lost one; a deletion is never skipped this way."""
-    if event.get_type() != events.APISERVER_UPDATE:
-        return False
-    data = event.get_data()
-    if not isinstance(data, dict):
-        return False
-    try:
-        tenant = Tenant.from_object(data)
-    except Exception:  # noqa: BLE001 - a hint that cannot be read is no hint: the full path reads the live Tenant
-        return False
-    return not tenant.deleting and tenant.has_finalizer and is_settled(tenant) and access.recently_ensured(tenant)
-
-
-def deliver(kube: Kube, helm: Helm, settings: Settings, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
-    if settled_here(event):
-        log.info("tenant already provisioned for this generation, as its own object shows")
-        return None
-    return handle(kube, helm, settings, ref)
-
-
 def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
-    skip = skip_reason(tenant)
+    skip = lifecycle.install_skip_reason(tenant)
     if skip is not None:
         log.info(skip)
         _grant_if_ours(kube, tenant, settings)
@@ -178,7 +129,7 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         # Another delivery (another pod's, or one that finished while this one read) may have
         # provisioned this generation while this one waited: then helm has nothing to do.
         fresh = live_tenant(kube, tenant.ref)
-        if fresh is None or (is_settled(fresh) and fresh.has_finalizer):
+        if fresh is None or (lifecycle.is_settled(fresh) and fresh.has_finalizer):
             log.info("provisioned by another delivery meanwhile; nothing to add")
             return None
         # A tampered history (a Secret with the release's labels that helm did not write) fails
@@ -255,8 +206,8 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=settings.tenant_namespace,
-            accepts=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.INSTALL}),
-            handle=lambda event, ref: deliver(rt.kube, helm, settings, event, ref),
+            accepts=lifecycle.INSTALL.takes,
+            handle=lambda event, ref: handle(rt.kube, helm, settings, ref),
             on_permanent=rt.mark_failed,
             ready=chart_ready,
         ),

@@ -54,8 +54,7 @@ from datetime import datetime, timedelta
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from functions.cleanup import gave_up
-from shared import certificates, events, logs, metrics
+from shared import certificates, events, lifecycle, logs, metrics
 from shared.errors import Forbidden, ProvisionTimeout
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
@@ -77,11 +76,13 @@ CLEANUP_STALL_SECONDS = 60
 
 
 class Redrive(enum.Enum):
-    INSTALL = events.INSTALL
-    CHECK = events.PROVISIONING
-    STORE = events.READY
-    NOTIFY = events.KUBECONFIG_STORED
-    CLEANUP = events.CLEANUP
+    """What resync does for a Tenant: send a step's re-drive event (``lifecycle.STEPS``), or more."""
+
+    INSTALL = lifecycle.INSTALL.redrive
+    CHECK = lifecycle.CHECK_READY.redrive
+    STORE = lifecycle.STORE_KUBECONFIG.redrive
+    NOTIFY = lifecycle.NOTIFY_API.redrive
+    CLEANUP = lifecycle.CLEANUP.redrive
     TIMEOUT = "fail: provision timeout"
     REINSTALL = "phase Pending, then install"
 
@@ -109,17 +110,15 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     since = parse_time(status.last_synced_at)
     idle = (now - since).total_seconds() if since else float("inf")
     if tenant.deleting:
-        if not tenant.has_finalizer or gave_up(tenant):
+        if not lifecycle.wants_cleanup(tenant):
             return None
         if status.phase != Phase.DELETING or idle > CLEANUP_STALL_SECONDS:
             return Redrive.CLEANUP
         return None
     if status.phase == Phase.FAILED:
         return None
-    if status.phase in (None, Phase.PENDING) or status.observed_generation != tenant.generation:
+    if lifecycle.wants_install(tenant):  # no phase, Pending, a new generation, or no finalizer
         return Redrive.INSTALL
-    if not tenant.has_finalizer:
-        return Redrive.INSTALL  # provisioned by the version before ownership
     if status.phase == Phase.PROVISIONING:
         if since is None:
             return Redrive.CHECK  # no start time to count the timeout from (a status edited by hand)
@@ -223,14 +222,14 @@ def _redrive(
 ) -> None:
     names = tenant.spec.names
     if action == Redrive.TIMEOUT:
-        since = parse_time(tenant.status.last_synced_at)
-        elapsed = (now - since).total_seconds() if since else 0.0
-        error = ProvisionTimeout(
-            f"vCluster not ready {elapsed:.0f}s after provisioning began "
-            f"(PROVISION_TIMEOUT_SECONDS={settings.provision_timeout_seconds}); found by resync"
-        )
-        mark_failed(kube, tenant.ref, str(error), error.reason)
+        elapsed = lifecycle.provision_elapsed(tenant, now) or 0.0
+        message = lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, "found by resync")
+        mark_failed(kube, tenant.ref, message, ProvisionTimeout.reason)
         return
+    if action == Redrive.CLEANUP:
+        # install first: for a Tenant made before install granted cleanup its reads in the
+        # namespace, it grants them (access.grant_if_ours); for any other it reads and leaves.
+        sink.send(events.make(events.INSTALL, NAME, tenant.ref))
     if action == Redrive.REINSTALL and drift is not None:
         tenant = write_status(
             kube,

@@ -21,7 +21,7 @@ from .support import exec_python, phase, running_pod, tenant, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
-CHAIN = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
+CHAIN = ("tenant-router", "tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
 CS_PIA = "5c6d7e8f-9a0b-4c1d-8e2f-3a4b5c6d7e8f"
 
 

@@ -68,6 +68,35 @@ def test_an_event_wakes_only_the_function_it_is_for(cluster: ClusterStack) -> No
     assert all(timeline.peak(s) == 0 for s in others), timeline.changes
 
 
+def _a_ready_tenant(cluster: ClusterStack) -> str:
+    """A Ready Tenant's name: one an earlier test left, or a new one."""
+    listed = cluster.get("tenants", "-n", NAMESPACE)["items"]
+    ready = [t["metadata"]["name"] for t in listed if (t.get("status") or {}).get("phase") == "Ready"]
+    if ready:
+        return str(ready[0])
+    cluster.kubectl("apply", "-f", "-", input=tenant("quiet", str(uuid.uuid4())))
+    wait_for("quiet to be Ready", lambda: phase(cluster, "quiet") == "Ready", timeout=300)
+    return "quiet"
+
+
+def test_a_tenant_change_that_is_no_work_wakes_the_router_alone(cluster: ClusterStack) -> None:
+    """A change of a settled Tenant that asks nothing of install (a label, as any status write of
+    the pipeline's own) reaches the router, which sends it nowhere: no install or cleanup pod starts."""
+    name = _a_ready_tenant(cluster)
+    wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
+    timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
+    try:
+        cluster.kubectl("label", "tenant", name, "-n", NAMESPACE, f"example.com/touched={uuid.uuid4().hex[:8]}")
+        wait_for("tenant-router to run a pod", lambda: timeline.peak("tenant-router") >= 1, timeout=120)
+        time.sleep(OBSERVE_SECONDS)  # what the router would send (nothing) would wake install by now
+    finally:
+        timeline.stop()
+    print(f"\nafter one label on {name}:\n" + timeline.table(cluster.functions))
+    # tenant-resync aside: the cluster's real five-minute schedule may tick meanwhile (and finds nothing)
+    woken = [s for s in cluster.functions if s not in ("tenant-router", "tenant-resync") and timeline.peak(s)]
+    assert woken == [], timeline.changes
+
+
 @pytest.mark.timeout(1200)
 def test_a_burst_scales_install_out_and_not_notify_api(cluster: ClusterStack) -> None:
     wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shared import lifecycle
+
 from .manifests import (
     CONFIG_FEATURES_PATCH,
     DEPLOY,
@@ -27,8 +29,9 @@ from .manifests import (
     run_checker,
 )
 
-EVENTING_OBJECTS = 11  # Broker, its EventPolicy, ApiServerSource, PingSource, SinkBinding, 6 Triggers
-RENDERED_OBJECTS = EVENTING_OBJECTS + 7  # the above and the 7 functions' Services
+# Broker, its EventPolicy, ApiServerSource, PingSource, SinkBinding, and a Trigger per step
+EVENTING_OBJECTS = 5 + len(lifecycle.STEPS)
+RENDERED_OBJECTS = EVENTING_OBJECTS + len(lifecycle.STEPS) + 1  # the above, and a Service per step and dead-letter
 
 
 def _ok_lines(stdout: str) -> list[str]:

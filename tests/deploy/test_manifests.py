@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared import access
+from shared import access, events, lifecycle
 from shared.naming import DEFAULT_TENANT_NAMESPACE
 from testbed import toolchain
 
@@ -50,6 +50,7 @@ CLUSTER_SCOPED = {
 # Where helm and the chart cache write; the image sets them (Dockerfile ENV), for every function.
 HELM_HOME_VARS = ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "CHART_CACHE_DIR")
 HELM_FUNCTIONS = {"tenant-install", "tenant-cleanup"}  # check-ready reads helm's record from the API (shared.release)
+ADD_UPDATE_DELETE = [events.APISERVER_ADD, events.APISERVER_UPDATE, events.APISERVER_DELETE]
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
 
 
@@ -173,25 +174,11 @@ def test_trigger_file_contract(path: Path) -> None:
         assert (delivery["retry"], delivery["backoffPolicy"], delivery["backoffDelay"]) == (5, "exponential", "PT1S")
 
 
-def test_install_trigger_takes_tenant_add_or_update_and_resyncs_redrive() -> None:
-    (trigger,) = file_documents(TRIGGERS / "tenant-install.yaml")
+def test_router_trigger_takes_every_tenant_change_and_nothing_else() -> None:
+    (trigger,) = file_documents(TRIGGERS / "tenant-router.yaml")
     assert trigger["spec"]["filters"] == [
-        {
-            "any": [
-                {
-                    "all": [
-                        {
-                            "any": [
-                                {"exact": {"type": "dev.knative.apiserver.resource.add"}},
-                                {"exact": {"type": "dev.knative.apiserver.resource.update"}},
-                            ]
-                        },
-                        {"exact": {"kind": "Tenant"}},
-                    ]
-                },
-                {"exact": {"type": "io.kubeopera.tenant.install"}},
-            ]
-        }
+        {"any": [{"exact": {"type": t}} for t in sorted(lifecycle.ROUTER.takes, key=ADD_UPDATE_DELETE.index)]},
+        {"exact": {"kind": "Tenant"}},
     ]
 
 
@@ -202,17 +189,20 @@ def test_resync_trigger_takes_only_its_own_pingsource() -> None:
     assert trigger["spec"]["filters"] == [{"exact": {"type": "dev.knative.sources.ping", "source": source}}]
 
 
-@pytest.mark.parametrize(
-    ("trigger", "event_type"),
-    [
-        ("tenant-check-ready", "io.kubeopera.tenant.provisioning"),
-        ("tenant-store-kubeconfig", "io.kubeopera.tenant.ready"),
-        ("tenant-notify-api", "io.kubeopera.tenant.kubeconfig.stored"),
-    ],
-)
-def test_step_triggers_filter_on_exact_type(trigger: str, event_type: str) -> None:
-    (doc,) = file_documents(TRIGGERS / f"{trigger}.yaml")
+ONE_TYPE_STEPS = [step for step in lifecycle.STEPS if step not in (lifecycle.ROUTER, lifecycle.RESYNC)]
+
+
+@pytest.mark.parametrize("step", ONE_TYPE_STEPS, ids=lambda step: step.function)
+def test_step_triggers_filter_on_the_exact_type_the_lifecycle_table_gives(step: lifecycle.Step) -> None:
+    """shared.lifecycle.STEPS is the one table of who takes what: each step's Trigger passes
+    exactly its event type, so no Tenant change (the router's) reaches install or cleanup."""
+    (doc,) = file_documents(TRIGGERS / f"{step.function}.yaml")
+    (event_type,) = step.takes
     assert doc["spec"]["filters"] == [{"exact": {"type": event_type}}]
+
+
+def test_every_trigger_is_a_step_of_the_lifecycle_table() -> None:
+    assert {path.stem for path in TRIGGERS.glob("*.yaml")} == {step.function for step in lifecycle.STEPS}
 
 
 # ----------------------------------------------------------------------------- Services

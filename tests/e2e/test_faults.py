@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import requests
 
+from shared import events
 from shared.kube import Kube
 from shared.tenant import Tenant, parse_time
 from testbed.knative.broker_watch import Delivery
@@ -280,20 +281,14 @@ def test_duplicate_concurrent_deliveries_to_two_install_processes(
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-twin", cs(5)))
     obj = json.loads(pipeline.kubectl("get", "kt", "fa-twin", "-n", TENANT_NAMESPACE, "-o", "json"))
     _, second = pipeline.start_replica("tenant-install")
-    headers = {
-        "ce-specversion": "1.0",
-        "ce-id": "twin-1",
-        "ce-source": "/apis/v1/namespaces/kubeopera-system/tenants/fa-twin",
-        "ce-type": "dev.knative.apiserver.resource.add",
-        "ce-kind": "Tenant",
-        "content-type": "application/json",
-    } | pipeline.delivery_authorization("tenant-install")  # the replica is told the same senders
+    headers, body = events.to_binary(events.make(events.INSTALL, "router", Tenant.from_object(obj).ref))
+    headers |= pipeline.delivery_authorization("tenant-install")  # the replica is told the same senders
     answers: list[int] = []
     barrier = threading.Barrier(2)
 
     def post(url: str) -> None:
         barrier.wait()
-        answers.append(requests.post(url, headers=headers, data=json.dumps(obj), timeout=60).status_code)
+        answers.append(requests.post(url, headers=headers, data=body, timeout=60).status_code)
 
     threads = [threading.Thread(target=post, args=(u,)) for u in (pipeline.function_urls["tenant-install"], second)]
     for t in threads:
@@ -330,15 +325,9 @@ def test_a_vcluster_booted_with_the_wrong_service_range_is_never_ready(
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-range", cs(9)))
     obj = json.loads(pipeline.kubectl("get", "kt", "fa-range", "-n", TENANT_NAMESPACE, "-o", "json"))
     _, wrong = pipeline.start_replica("tenant-install", {"SERVICE_CIDR": "10.96.0.0/12"}, "tenant-install-range")
-    headers = {
-        "ce-specversion": "1.0",
-        "ce-id": "range-1",
-        "ce-source": "/apis/v1/namespaces/kubeopera-system/tenants/fa-range",
-        "ce-type": "dev.knative.apiserver.resource.add",
-        "ce-kind": "Tenant",
-        "content-type": "application/json",
-    } | pipeline.delivery_authorization("tenant-install")
-    answer = requests.post(wrong, headers=headers, data=json.dumps(obj), timeout=120)
+    headers, body = events.to_binary(events.make(events.INSTALL, "router", Tenant.from_object(obj).ref))
+    headers |= pipeline.delivery_authorization("tenant-install")
+    answer = requests.post(wrong, headers=headers, data=body, timeout=120)
     assert answer.status_code == 200, answer.text
     assert helm(pipeline, "get", "values", "vc-fa-range", "-n", "vcluster-fa-range")["serviceCIDR"] == "10.96.0.0/12"
     start_adapter_again(pipeline)

@@ -172,9 +172,9 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
         timeout=5,
     ).raise_for_status()
     wait_for(
-        "the duplicate to reach notify-api, and the update to reach install",
+        "the duplicate to reach notify-api, and the update to reach the router",
         lambda: (
-            {"tenant-notify-api", "tenant-install"}
+            {"tenant-notify-api", "tenant-router"}
             <= {a.trigger for a in pipeline.watch.deliveries()[attempts_before:]}
         ),
     )
@@ -189,7 +189,8 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
     again = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
     assert again is not None and again.status.phase is not None and again.status.phase.value == "Ready"
     new = pipeline.watch.deliveries()[attempts_before:]
-    assert {a.trigger for a in new} >= {"tenant-install", "tenant-store-kubeconfig", "tenant-notify-api"}
+    assert {a.trigger for a in new} >= {"tenant-router", "tenant-store-kubeconfig", "tenant-notify-api"}
+    assert "tenant-install" not in {a.trigger for a in new}, "the router sent a settled Tenant's change nowhere"
     assert all(a.status in (200, 204) for a in new), [asdict(a) for a in new]
 
 
@@ -428,7 +429,9 @@ def test_the_triggers_of_eventing_are_what_routes_events(pipeline: Stack, kube: 
         wait_for("the kubeconfig stored", lambda: kube.get_secret(TENANT_NAMESPACE, secret), timeout=120)
         assert pipeline.watch.wait_idle(60)
         mine = [d for d in pipeline.watch.deliveries() if (d.subject or "").endswith(f"/{name}")]
-        assert {"tenant-install", "tenant-check-ready", "tenant-store-kubeconfig"} <= {d.trigger for d in mine}
+        assert {"tenant-router", "tenant-install", "tenant-check-ready", "tenant-store-kubeconfig"} <= {
+            d.trigger for d in mine
+        }
         assert "tenant-notify-api" not in {d.trigger for d in mine}, "the changed filter let it through"
         assert phase_of(kube, name, "Provisioning") is not None, "notify-api, which marks Ready, never ran"
     finally:

@@ -33,6 +33,7 @@ NAMESPACE = "kubeopera-system"
 CS_ID = "5b0c3a9e-8d1f-4e2a-9b7c-6d5e4f3a2b1c"
 INTRUDER = "intruder"  # a ServiceAccount of the Tenant namespace that no policy names
 FUNCTIONS = (
+    "tenant-router",
     "tenant-install",
     "tenant-check-ready",
     "tenant-store-kubeconfig",
@@ -43,6 +44,7 @@ FUNCTIONS = (
 )
 # A forged event for each function, of a type it takes: the most harmful one each could do.
 FORGED_TYPE = {
+    "tenant-router": events.APISERVER_UPDATE,  # refused before it is read, as every forgery here
     "tenant-install": events.INSTALL,
     "tenant-check-ready": events.PROVISIONING,
     "tenant-store-kubeconfig": events.READY,
@@ -101,6 +103,7 @@ def test_a_tenant_provisions_through_verified_deliveries(pipeline: Stack, vera: 
     assert vera.status.phase.value == "Ready"
     delivered = [d for d in pipeline.watch.deliveries() if d.subject and "vera" in d.subject]
     assert {d.service for d in delivered} >= {
+        "tenant-router",
         "tenant-install",
         "tenant-check-ready",
         "tenant-store-kubeconfig",

@@ -25,7 +25,7 @@ from .support import phase_of, tenant_yaml, wait_for
 pytestmark = pytest.mark.integration
 
 CS_PIA = "5c6d7e8f-9a0b-4c1d-8e2f-3a4b5c6d7e8f"
-FUNCTIONS = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
+FUNCTIONS = ("tenant-router", "tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-notify-api")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def _children(spans: list[TraceSpan], parent: TraceSpan) -> list[TraceSpan]:
     return [s for s in spans if s.parent_id == parent.span_id]
 
 
-def test_all_four_functions_share_one_trace(pia_trace: list[TraceSpan]) -> None:
+def test_the_five_functions_of_a_provisioning_share_one_trace(pia_trace: list[TraceSpan]) -> None:
     services = {s.service for s in pia_trace}
     assert set(FUNCTIONS) <= services, services
     for service in FUNCTIONS:
@@ -98,17 +98,21 @@ def test_all_four_functions_share_one_trace(pia_trace: list[TraceSpan]) -> None:
 
 
 def test_each_delivery_is_the_child_of_the_one_before(pia_trace: list[TraceSpan]) -> None:
+    (router,) = _deliveries(pia_trace, "tenant-router")
     (install,) = _deliveries(pia_trace, "tenant-install")
     checks = _deliveries(pia_trace, "tenant-check-ready")
     (store,) = _deliveries(pia_trace, "tenant-store-kubeconfig")
     (notify,) = _deliveries(pia_trace, "tenant-notify-api")
 
-    # The chain starts at the ApiServerSource's event: no resync tick ran while pia was Pending.
-    assert install.attributes["cloudevents.event_type"] in (events.APISERVER_ADD, events.APISERVER_UPDATE)
+    # The chain starts at the ApiServerSource's event, which the router sent on to install: no
+    # resync tick ran while pia was Pending.
+    assert router.attributes["cloudevents.event_type"] == events.APISERVER_ADD
+    assert install.attributes["cloudevents.event_type"] == events.INSTALL
+    assert install.parent_id == router.span_id, "install continues the router's reply"
     assert all(c.parent_id == install.span_id for c in checks), "every poll continues install's reply"
     assert store.parent_id == checks[-1].span_id, "store-kubeconfig continues the check that found it ready"
     assert notify.parent_id == store.span_id
-    assert [s.outcome for s in (install, checks[-1], store)] == ["success 200"] * 3
+    assert [s.outcome for s in (router, install, checks[-1], store)] == ["success 200"] * 4
     assert notify.outcome == "success 204"
 
 
@@ -126,8 +130,7 @@ def test_helm_kubernetes_and_callback_spans_hang_under_their_delivery(pia_trace:
     (notify,) = _deliveries(pia_trace, "tenant-notify-api")
     under_install = {s.name for s in _children(pia_trace, install)}
     assert "helm upgrade --install" in under_install
-    # "k8s get namespace", not "create": the update events of install's own first writes start
-    # other install deliveries, and whichever of them gets there first creates the namespace.
+    # install reads the namespace before it makes it
     assert {"k8s get tenant", "k8s get namespace", "k8s patch tenant"} <= under_install
     (helm,) = [s for s in _children(pia_trace, install) if s.name == "helm upgrade --install"]
     assert helm.attributes["helm.outcome"] == "installed" and helm.attributes["helm.release"] == "vc-pia"

@@ -1,7 +1,8 @@
 """Small in-memory stand-ins for the two adapters (``shared.kube.Kube``, ``shared.helm.Helm``) and
 for kubeopera-api and the broker (resync's ``Sink``), so the functions' decisions run as they are, in
 milliseconds. A ``shared.runtime.Runtime`` made of them is what a test gives a function's
-``create_app``; ``apiserver_event`` and ``deliver`` stand for the ApiServerSource and the broker.
+``create_app``; ``apiserver_event``, ``step_event`` and ``deliver`` stand for the ApiServerSource,
+the router and the broker.
 
 They keep plain data (a Tenant is the dict the API server would return) and answer the way the
 real adapters do: Tenants come back as ``Tenant.from_object``, a status write applies
@@ -100,6 +101,12 @@ def apiserver_event(obj: dict[str, Any], type_: str = events.APISERVER_UPDATE) -
     )
 
 
+def step_event(obj: dict[str, Any], type_: str, sender: str = "router") -> CloudEvent:
+    """What the router (or resync) sends a step about this Tenant: ``io.kubeopera.tenant.install``
+    or ``.cleanup`` with the Tenant's reference, as ``events.make`` writes it."""
+    return events.make(type_, sender, ref_of(obj))
+
+
 def deliver(app: Flask, event: BaseCloudEvent, headers: Mapping[str, str] | None = None) -> TestResponse:
     """POST ``event`` to a function's app as the broker delivers it (binary mode)."""
     event_headers, body = events.to_binary(event)
@@ -150,6 +157,8 @@ class FakeKube:
         self.roles: dict[tuple[str, str], Role] = {}  # (namespace, name) -> as stored, with its resourceVersion
         self.role_bindings: dict[tuple[str, str], RoleBinding] = {}
         self.helm: FakeHelm | None = None  # whose releases are helm's records here (as its Secrets are)
+        # Each Tenant as a write by a function left it: what the ApiServerSource sends as an update.
+        self.echoes: list[dict[str, Any]] = []
         self._version = 100
 
     # set-up, as a person or the API server ----------------------------------------------------
@@ -283,6 +292,7 @@ class FakeKube:
         _merge(obj.setdefault("status", {}), body["status"])
         obj["metadata"]["resourceVersion"] = self._next_version()
         self._write("status", f"{tenant.key}:{body['status'].get('phase', '')}")
+        self.echoes.append(copy.deepcopy(obj))
         return Tenant.from_object(copy.deepcopy(obj))
 
     def set_finalizer(self, tenant: Tenant, present: bool) -> Tenant:
@@ -292,6 +302,7 @@ class FakeKube:
         obj["metadata"]["finalizers"] = [*others, FINALIZER] if present else others
         obj["metadata"]["resourceVersion"] = self._next_version()
         self._write("finalizer+" if present else "finalizer-", tenant.key)
+        self.echoes.append(copy.deepcopy(obj))
         result = Tenant.from_object(copy.deepcopy(obj))
         if obj["metadata"].get("deletionTimestamp") and not obj["metadata"]["finalizers"]:
             del self.tenants[(tenant.namespace, tenant.name)]  # the API server finishes the deletion

@@ -19,7 +19,7 @@ from cloudevents.core.v1.event import CloudEvent
 from flask import Flask
 from werkzeug.test import TestResponse
 
-from functions import check_ready, cleanup, dead_letter, install, notify_api, resync, store_kubeconfig
+from functions import check_ready, cleanup, dead_letter, install, notify_api, resync, router, store_kubeconfig
 from shared import events
 from shared.errors import ConfigError
 from shared.kubeopera_api import CloudSpaceUpdate
@@ -39,6 +39,7 @@ from .fakes import (
     apiserver_event,
     deliver,
     ref_of,
+    step_event,
     tenant_object,
 )
 
@@ -48,6 +49,7 @@ BOB_NS, BOB_RELEASE, BOB_SECRET = "vcluster-bob-dev", "vc-bob-dev", f"tenant-{CS
 CONFIG = b"apiVersion: v1\nkind: Config\n"
 PINGSOURCE = Path(__file__).resolve().parents[2] / "eventing" / "resync-pingsource.yaml"
 CREATE_APPS: dict[str, Callable[..., Flask]] = {
+    "router": router.create_app,
     "install": install.create_app,
     "check_ready": check_ready.create_app,
     "store_kubeconfig": store_kubeconfig.create_app,
@@ -101,7 +103,7 @@ def test_install_sends_the_hosts_service_range_in_every_release(
     kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
-    deliver(install.create_app(stand_ins(kube, helm, api)), apiserver_event(obj, events.APISERVER_ADD))
+    deliver(install.create_app(stand_ins(kube, helm, api)), step_event(obj, events.INSTALL))
     assert helm.values_of("vc-bob-dev", "vcluster-bob-dev")["serviceCIDR"] == "10.0.0.0/24"
 
 
@@ -125,11 +127,14 @@ def test_with_a_runtime_every_app_builds_and_is_ready(
     assert kube.journal == []
 
 
-def test_the_chain_from_install_to_notify_api(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
+def test_the_chain_from_the_router_to_notify_api(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     runtime = stand_ins(kube, helm, api)
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
 
-    provisioning = reply(deliver(install.create_app(runtime), apiserver_event(obj, events.APISERVER_ADD)))
+    routed = reply(deliver(router.create_app(runtime), apiserver_event(obj, events.APISERVER_ADD)))
+    assert routed.get_type() == events.INSTALL
+    assert kube.calls == {}, "the router decides from the event alone"
+    provisioning = reply(deliver(install.create_app(runtime), routed))
     assert provisioning.get_type() == events.PROVISIONING
     assert phase(kube) == "Provisioning"
     assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
@@ -150,7 +155,8 @@ def test_the_chain_from_install_to_notify_api(kube: FakeKube, helm: FakeHelm, ap
 
 # Each function that acts on one Tenant, and an event it takes.
 TENANT_EVENTS = {
-    "install": events.APISERVER_ADD,
+    "router": events.APISERVER_ADD,
+    "install": events.INSTALL,
     "check_ready": events.PROVISIONING,
     "store_kubeconfig": events.READY,
     "notify_api": events.KUBECONFIG_STORED,
@@ -202,7 +208,7 @@ def test_a_dead_letter_of_work_another_process_had_in_hand_fails_nothing(
     work is in hand; should the broker give up on it, dead-letter leaves the Tenant as it is."""
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
     kube.leases[("vcluster-bob-dev", "vc-bob-dev-helm")] = "another-pod/1/1"
-    sent = apiserver_event(obj, events.APISERVER_ADD)
+    sent = step_event(obj, events.INSTALL)
     answer = deliver(install.create_app(stand_ins(kube, helm, api)), sent)
     assert answer.status_code == 503 and answer.json == {
         "error": "another process is running helm on release vcluster-bob-dev/vc-bob-dev (Lease vc-bob-dev-helm)",
@@ -226,7 +232,7 @@ def test_cleanup_lets_a_deleted_tenant_go(kube: FakeKube, helm: FakeHelm, api: F
     deleting = kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
     assert deleting is not None
 
-    response = deliver(cleanup.create_app(stand_ins(kube, helm, api)), apiserver_event(deleting))
+    response = deliver(cleanup.create_app(stand_ins(kube, helm, api)), step_event(deleting, events.CLEANUP))
 
     assert response.status_code == 204
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None

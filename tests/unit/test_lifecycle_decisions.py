@@ -22,7 +22,7 @@ from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, store_kubeconfig
-from shared import access, events, locks
+from shared import events, locks
 from shared.errors import (
     CleanupStalled,
     NotReadyYet,
@@ -68,6 +68,7 @@ from .fakes import (
     apiserver_event,
     deliver,
     ref_of,
+    step_event,
     tenant_object,
 )
 
@@ -111,7 +112,7 @@ def run_store(kube: FakeKube, obj: dict[str, Any]) -> BaseCloudEvent | None:
 
 
 def run_cleanup(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi, obj: dict[str, Any]) -> BaseCloudEvent | None:
-    return cleanup.handle(kube, helm, api, SETTINGS, apiserver_event(obj), ref_of(obj))
+    return cleanup.handle(kube, helm, api, SETTINGS, step_event(obj, events.CLEANUP), ref_of(obj))
 
 
 def provision(kube: FakeKube, helm: FakeHelm, name: str = "bob-dev", cs: str = CS_BOB, **kw: Any) -> dict[str, Any]:
@@ -712,20 +713,6 @@ def test_store_waits_while_vcluster_has_not_written_its_secret(kube: FakeKube, h
 # cleanup ----------------------------------------------------------------------------------------
 
 
-def test_cleanup_ignores_an_update_that_shows_no_deletion_without_an_api_call(
-    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
-) -> None:
-    plain = provision(kube, helm)
-    kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")  # even if the live Tenant is meanwhile deleting
-    kube.calls.clear()
-
-    assert run_cleanup(kube, helm, api, plain) is None
-
-    assert kube.calls == {}
-    assert helm.calls == {"install_or_upgrade": 1}  # install's, nothing since
-    assert api.reports == []
-
-
 def test_cleanup_removes_what_the_tenant_owns_then_waits_for_the_namespace(
     kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
@@ -829,7 +816,7 @@ def test_cleanup_answers_503_with_retry_after_cleanup_poll_seconds(
     app = cleanup.create_app(runtime(kube, helm, api))
     before = reconcile_total(cleanup.NAME, "requeue")
 
-    response = deliver(app, apiserver_event(obj))
+    response = deliver(app, step_event(obj, events.CLEANUP))
 
     assert response.status_code == 503
     assert response.headers["Retry-After"] == str(SETTINGS.cleanup_poll_seconds)
@@ -911,7 +898,7 @@ def test_a_volume_retained_after_the_namespace_is_gone_is_reported_or_deleted(
     kube.finish_namespace_deletion(BOB_NS)
     settings = dataclasses.replace(SETTINGS, delete_retained_volumes=delete)
 
-    assert cleanup.handle(kube, helm, api, settings, apiserver_event(obj), ref_of(obj)) is None
+    assert cleanup.handle(kube, helm, api, settings, step_event(obj, events.CLEANUP), ref_of(obj)) is None
 
     if delete:
         assert sorted(kube.volumes) == ["pv-other", "pv-scratch"]
@@ -1228,8 +1215,12 @@ def test_notify_announces_nothing_for_a_tenant_being_deleted(
 # dead-letter ------------------------------------------------------------------------------------
 
 
-def dead_lettered(obj: dict[str, Any], dest: str, code: str, body: bytes = b"") -> CloudEvent:
-    event = apiserver_event(obj)
+def dead_lettered(
+    obj: dict[str, Any], dest: str, code: str, body: bytes = b"", type_: str = events.INSTALL
+) -> CloudEvent:
+    """The event the broker gave up on, as it reaches the dead-letter sink: install's (the
+    router's, unless ``type_`` says another), with Knative's knativeerror* extensions."""
+    event = apiserver_event(obj, type_) if type_ in events.APISERVER_TYPES else step_event(obj, type_)
     attributes = event.get_attributes() | {"knativeerrordest": dest, "knativeerrorcode": code}
     if body:
         attributes["knativeerrordata"] = base64.b64encode(body).decode()
@@ -1246,7 +1237,7 @@ def test_dead_letter_fails_the_tenant_with_the_last_answer(kube: FakeKube) -> No
     status = live(kube).status
     assert status.phase == "Failed"
     assert status.message == (
-        f"{events.APISERVER_UPDATE} could not be delivered to tenant-install: last answer 503: helm failed: boom"
+        f"{events.INSTALL} could not be delivered to tenant-install: last answer 503: helm failed: boom"
     )
     assert kube.event("DeliveryFailed")["type"] == "Warning"
 
@@ -1255,10 +1246,23 @@ def test_dead_letter_names_a_deletion_cleanups_failure(kube: FakeKube) -> None:
     kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Deleting"}, finalizers=[FINALIZER]))
     obj = deleted(kube, "bob-dev")
 
-    dead_letter.handle(kube, dead_lettered(obj, "", "503"), ref_of(obj))
+    dead_letter.handle(kube, dead_lettered(obj, "", "503", type_=events.CLEANUP), ref_of(obj))
 
     assert "could not be delivered to tenant-cleanup" in live(kube).status.message
     assert kube.event_reasons() == ["CleanupFailed"]
+
+
+@pytest.mark.parametrize("dest", ["", f"http://tenant-router.{TENANT_NAMESPACE}.svc.cluster.local"])
+@pytest.mark.parametrize("type_", [events.APISERVER_ADD, events.APISERVER_UPDATE])
+def test_dead_letter_of_a_change_the_router_gave_up_on_fails_nothing(kube: FakeKube, dest: str, type_: str) -> None:
+    """The router only routes: a Tenant change it could not route is re-driven by resync, so its
+    dead letter (lifecycle.DeadLetter.NOTHING) fails no Tenant, Pending or being deleted."""
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}, finalizers=[FINALIZER]))
+    for obj in (current(kube, TENANT_NAMESPACE, "bob-dev"), deleted(kube, "bob-dev")):
+        mark = len(kube.journal)
+        dead_letter.handle(kube, dead_lettered(obj, dest, "503", type_=type_), ref_of(obj))
+        assert since(kube, mark) == []
+    assert live(kube).status.phase == "Pending"
 
 
 @pytest.mark.parametrize(
@@ -1295,15 +1299,17 @@ def test_dead_letter_takes_resyncs_own_redrives_and_fails_the_tenant(
 def test_dead_letter_of_an_install_delivery_fails_nothing_once_install_recorded_its_outcome(
     kube: FakeKube, helm: FakeHelm
 ) -> None:
-    """One of install's no-op deliveries (its own status write coming back) is dead-lettered while
+    """A duplicate install event (the router's and resync's for one change) is dead-lettered while
     the Tenant provisions fine: Provisioning at that generation, recorded no earlier than the event
-    was made. The Tenant stays Provisioning and goes on to Ready."""
-    obj = provision(kube, helm)  # Provisioning: install recorded its outcome
-    echo = current(kube, TENANT_NAMESPACE, "bob-dev")  # the update event of that very status write
+    was made (to the second: lastSyncedAt has no fraction). The Tenant stays Provisioning and goes
+    on to Ready."""
+    added = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    duplicate = dead_lettered(added, f"http://tenant-install.{TENANT_NAMESPACE}.svc", "503", b'{"error": "busy"}')
+    assert run_install(kube, helm, added) is not None  # Provisioning: install recorded its outcome
+    obj = current(kube, TENANT_NAMESPACE, "bob-dev")
     mark = len(kube.journal)
-    dest = f"http://tenant-install.{TENANT_NAMESPACE}.svc"
 
-    dead_letter.handle(kube, dead_lettered(echo, dest, "503", b'{"error": "busy"}'), ref_of(obj))
+    dead_letter.handle(kube, duplicate, ref_of(obj))
 
     assert live(kube).status.phase == "Provisioning" and since(kube, mark) == []
     booted(kube)
@@ -1456,7 +1462,7 @@ def test_an_install_refusal_over_http_is_422_and_the_tenant_is_failed(kube: Fake
     app = install.create_app(runtime(kube, helm))
     before = reconcile_total(install.NAME, "error")
 
-    response = deliver(app, apiserver_event(intruder, events.APISERVER_ADD))
+    response = deliver(app, step_event(intruder, events.INSTALL))
 
     message = f'tenantName "bob-dev" is already used by Tenant {BOB_KEY}'
     assert response.status_code == 422
@@ -1527,54 +1533,6 @@ def test_install_that_waited_for_the_release_finds_it_provisioned_and_adds_nothi
     assert run_install(kube, helm, obj) is None
     assert helm.operations == []
     assert live(kube).status.phase == "Provisioning"
-
-
-def test_its_own_status_write_coming_back_to_the_process_that_provisioned_it_costs_no_api_call(
-    kube: FakeKube, helm: FakeHelm
-) -> None:
-    obj = provision(kube, helm)  # Provisioning, the finalizer, the grants ensured by this process
-    calls = dict(kube.calls)
-    assert install.deliver(kube, helm, SETTINGS, apiserver_event(obj), ref_of(obj)) is None
-    assert dict(kube.calls) == calls and helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
-
-
-@pytest.mark.parametrize("spoil", ["no spec.userID", "spec a list", "generation a word", "conditions a string"])
-def test_an_event_object_that_is_no_tenant_is_no_hint_and_never_fails_the_tenant(
-    kube: FakeKube, helm: FakeHelm, spoil: str
-) -> None:
-    obj = provision(kube, helm)
-    data = copy.deepcopy(obj)
-    if spoil == "no spec.userID":
-        del data["spec"]["userID"]
-    elif spoil == "spec a list":
-        data["spec"] = ["x"]
-    elif spoil == "generation a word":
-        data["metadata"]["generation"] = "one"
-    else:
-        data["status"]["conditions"] = "Ready"
-    reads = kube.calls["get_tenant"]
-    assert install.deliver(kube, helm, SETTINGS, apiserver_event(data), ref_of(obj)) is None
-    assert kube.calls["get_tenant"] > reads, "the live Tenant was read instead"
-    assert live(kube).status.phase == "Provisioning"
-
-
-@pytest.mark.parametrize("case", ["another process", "deleting", "add", "not settled"])
-def test_the_own_object_hint_is_taken_only_for_a_settled_update_this_process_provisioned(
-    kube: FakeKube, helm: FakeHelm, case: str
-) -> None:
-    obj = provision(kube, helm)
-    event = apiserver_event(obj)
-    if case == "another process":
-        access.forget_ensured()  # provisioned by another pod, or longer ago than RECHECK_SECONDS
-    elif case == "deleting":
-        event = apiserver_event(kube.delete_tenant(TENANT_NAMESPACE, "bob-dev") or obj)
-    elif case == "add":
-        event = apiserver_event(obj, events.APISERVER_ADD)
-    else:
-        event = apiserver_event(kube.set_phase(TENANT_NAMESPACE, "bob-dev", "Pending"))
-    reads = kube.calls["get_tenant"]
-    install.deliver(kube, helm, SETTINGS, event, ref_of(obj))
-    assert kube.calls["get_tenant"] > reads, "the live Tenant was read"
 
 
 # one helm operation per release across processes ------------------------------------------------

@@ -27,9 +27,9 @@ from .fakes import (
     FakeKube,
     FakeKubeoperaApi,
     FakeVClusterApi,
-    apiserver_event,
     deliver,
     ref_of,
+    step_event,
     tenant_object,
 )
 
@@ -84,7 +84,7 @@ def test_install_runs_no_helm_operation_on_a_tampered_history_and_fails_the_tena
     releases = dict(helm.releases)
     changed = kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "3"})  # a new generation: an upgrade
 
-    response = deliver(install.create_app(runtime(kube, helm)), apiserver_event(changed))
+    response = deliver(install.create_app(runtime(kube, helm)), step_event(changed, events.INSTALL))
 
     failed_with_tampered(kube, response)
     assert helm.calls["install_or_upgrade"] == 1, "the first install only: helm was not even asked"
@@ -117,7 +117,7 @@ def test_cleanup_skips_helm_uninstall_on_a_tampered_history_and_still_deletes_th
     assert gone is not None
 
     with pytest.raises(NotReadyYet, match=f"waiting for namespace {NS} to be deleted"):
-        cleanup.handle(kube, helm, api, SETTINGS, apiserver_event(gone), ref_of(gone))
+        cleanup.handle(kube, helm, api, SETTINGS, step_event(gone, events.CLEANUP), ref_of(gone))
 
     assert helm.calls["uninstall"] == 0
     assert kube.namespaces[NS]["terminating"]
@@ -131,7 +131,7 @@ def test_cleanup_skips_helm_uninstall_on_a_tampered_history_and_still_deletes_th
     assert kube.journal[-1][0] == "status"
 
     kube.finish_namespace_deletion(NS)  # the forged record goes with the namespace
-    assert cleanup.handle(kube, helm, api, SETTINGS, apiserver_event(gone), ref_of(gone)) is None
+    assert cleanup.handle(kube, helm, api, SETTINGS, step_event(gone, events.CLEANUP), ref_of(gone)) is None
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None
     assert kube.event("CleanupFinished")["type"] == "Normal"
     assert [u.status for u in api.reports] == ["deleted"]

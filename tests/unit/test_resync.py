@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
 from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
-from shared import access, certificates, events
+from shared import access, certificates, events, lifecycle
 from shared.errors import Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
@@ -276,14 +276,14 @@ def test_decide_a_settled_tenant_without_the_finalizer_gets_install() -> None:
     for phase in ("Ready", "Provisioning"):
         legacy = tenant(status(phase, ago=0), finalizer=False)
         assert decide(legacy, NOW, SETTINGS, None) == Redrive.INSTALL, phase
-        assert install.skip_reason(legacy) is None, "install must act on what resync sends it"
+        assert lifecycle.install_skip_reason(legacy) is None, "install must act on what resync sends it"
 
 
 def test_decide_a_new_generation_gets_install_whatever_the_phase_was() -> None:
     for phase in ("Pending", "Provisioning", "Ready"):
         edited = tenant(status(phase, ago=0, observed=1), generation=2)
         assert decide(edited, NOW, SETTINGS, None) == Redrive.INSTALL, phase
-        assert install.skip_reason(edited) is None
+        assert lifecycle.install_skip_reason(edited) is None
 
 
 @pytest.mark.parametrize(
@@ -508,7 +508,11 @@ def test_each_drift_sends_exactly_its_steps_event(
 
     assert counts == {redrive: 1}
     assert kube.journal[mark:] == [], "a re-drive by event writes nothing itself"
-    sent = only_event(sink)
+    # a deletion's re-drive goes to install first (it grants cleanup its reads there, for a
+    # Tenant made before those grants; access.grant_if_ours), then to cleanup
+    before = [events.INSTALL] if redrive == "CLEANUP" else []
+    assert [e.get_type() for e in sink.sent] == [*before, event_type]
+    sent = sink.sent[-1]
     subject = live(kube)
     extra = {"kubeconfigSecret": BOB_SECRET} if redrive == "NOTIFY" else {}
     assert sent.get_type() == event_type
@@ -561,7 +565,7 @@ def test_timeout_fails_the_tenant_found_by_resync(kube: FakeKube, helm: FakeHelm
     assert failed.phase == "Failed"
     assert "found by resync" in failed.message
     assert failed.message == (
-        f"vCluster not ready {TIMEOUT + 1}s after provisioning began (PROVISION_TIMEOUT_SECONDS={TIMEOUT}); "
+        f"vCluster not ready {TIMEOUT + 1}s after provisioning began (PROVISION_TIMEOUT_SECONDS={TIMEOUT}): "
         "found by resync"
     )
     ready_cond = failed.condition("Ready")
@@ -669,7 +673,8 @@ def test_cleanup_redrive_starts_the_cleanup_the_lost_event_would_have(
     kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
 
     assert resync(kube, sink, SETTINGS) == {"CLEANUP": 1}
-    sent = only_event(sink)
+    assert [e.get_type() for e in sink.sent] == [events.INSTALL, events.CLEANUP]
+    sent = sink.sent[-1]
     with pytest.raises(NotReadyYet):
         cleanup.handle(kube, helm, FakeKubeoperaApi(), SETTINGS, sent, events.tenant_ref(sent))
 
@@ -678,7 +683,7 @@ def test_cleanup_redrive_starts_the_cleanup_the_lost_event_would_have(
     assert kube.namespaces[BOB_NS]["terminating"]
     # a cleanup under way is left to its own polls until it has made no progress for a while
     assert resync(kube, sink, SETTINGS, now=synced_at(kube) + timedelta(seconds=CLEANUP_STALL_SECONDS)) == {}
-    assert len(sink.sent) == 1
+    assert len(sink.sent) == 2
 
 
 # resync: the broker cannot be reached -----------------------------------------------------------

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from functions import check_ready, install, notify_api, resync, store_kubeconfig
+from functions import check_ready, install, notify_api, resync, router, store_kubeconfig
 from shared import events, tracing
 from shared.kube import Rollout
 from shared.runtime import Runtime
@@ -34,6 +34,7 @@ from .fakes import (
     FakeVClusterApi,
     apiserver_event,
     deliver,
+    step_event,
     tenant_object,
 )
 
@@ -80,7 +81,8 @@ def test_the_chain_is_one_trace_each_step_the_child_of_the_one_before(
     checker = check_ready.create_app(runtime)
 
     added = apiserver_event(obj, events.APISERVER_ADD)
-    provisioning = _reply(deliver(install.create_app(runtime), added, {"traceparent": INCOMING}))
+    routed = _reply(deliver(router.create_app(runtime), added, {"traceparent": INCOMING}))
+    provisioning = _reply(deliver(install.create_app(runtime), routed))
     poll = deliver(checker, provisioning)  # the vCluster is not up: 503, the broker re-delivers
     assert poll.status_code == 503
     kube.boot_vcluster("bob-dev", CONFIG)
@@ -88,17 +90,19 @@ def test_the_chain_is_one_trace_each_step_the_child_of_the_one_before(
     stored = _reply(deliver(store_kubeconfig.create_app(runtime), ready))
     assert deliver(notify_api.create_app(runtime), stored).status_code == 204
 
-    install_span, poll_span, check_span, store_span, notify_span = _delivery_spans(spans)
+    router_span, install_span, poll_span, check_span, store_span, notify_span = _delivery_spans(spans)
     assert {s.context.trace_id for s in _delivery_spans(spans)} == {int("a" * 32, 16)}
-    assert install_span.parent is not None and install_span.parent.span_id == int("b" * 16, 16)
+    assert router_span.parent is not None and router_span.parent.span_id == int("b" * 16, 16)
+    assert install_span.parent.span_id == router_span.context.span_id  # type: ignore[union-attr]
     assert poll_span.parent.span_id == install_span.context.span_id  # type: ignore[union-attr]
     assert check_span.parent.span_id == install_span.context.span_id  # type: ignore[union-attr]
     assert store_span.parent.span_id == check_span.context.span_id  # type: ignore[union-attr]
     assert notify_span.parent.span_id == store_span.context.span_id  # type: ignore[union-attr]
 
-    assert install_span.name == f"install {events.APISERVER_ADD}"
+    assert router_span.name == f"router {events.APISERVER_ADD}"
+    assert install_span.name == f"install {events.INSTALL}"
     assert install_span.attributes is not None
-    assert install_span.attributes["cloudevents.event_type"] == events.APISERVER_ADD
+    assert install_span.attributes["cloudevents.event_type"] == events.INSTALL
     assert install_span.attributes["kubeopera.tenant"] == "kubeopera-system/bob-dev"
     assert install_span.attributes["http.response.status_code"] == 200
     assert poll_span.attributes is not None
@@ -122,7 +126,7 @@ def test_a_chain_without_incoming_context_starts_its_own_trace(
     )
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
 
-    provisioning = _reply(deliver(install.create_app(runtime), apiserver_event(obj, events.APISERVER_ADD)))
+    provisioning = _reply(deliver(install.create_app(runtime), step_event(obj, events.INSTALL)))
 
     (install_span,) = _delivery_spans(spans)
     assert install_span.parent is None

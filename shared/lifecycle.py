@@ -1,0 +1,190 @@
+"""The Tenant's lifecycle in one place: the pipeline's steps, and what a Tenant needs next.
+
+**The steps** (``STEPS``, one row each): the function (its Knative Service), the event types its
+Trigger takes, what it replies, whether it polls through the broker's re-delivery, the event
+resync sends to re-drive it, and what its dead letter means. dead-letter, resync, the router and
+the manifests' tests read this table; adding a step is a row here, a function module and its
+manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``).
+
+**The decisions** are pure, over a Tenant as the API server (or an event's object) shows it:
+
+- ``is_settled``: install's work for this generation is done (Provisioning or Ready at its
+  generation, with its release installed);
+- ``wants_install``: install has work (a new generation, Pending, no phase, a settled Tenant
+  without the finalizer: provisioned by the version before ownership), unless it is Failed
+  (it waits for a person) or being deleted (cleanup's work);
+- ``wants_cleanup``: being deleted with our finalizer on, and cleanup has not given up;
+- ``accepted_by_install``: the Pending install writes the first time it sees a Tenant (no
+  conditions yet): install is already on it;
+- ``next_step``: what the router sends for a Tenant change (install, cleanup or nothing);
+- ``provision_elapsed`` and ``timeout_message``: the provision timeout, counted from install's
+  ``lastSyncedAt``, as check-ready and resync both judge it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from shared import events
+from shared.errors import CleanupStalled
+from shared.tenant import COND_READY, COND_RELEASE_INSTALLED, Phase, Tenant, parse_time
+
+# The reason of the Ready condition when cleanup gave up (CleanupStalled, or its dead letter).
+CLEANUP_FAILED: Final = CleanupStalled.reason
+
+
+class DeadLetter(enum.Enum):
+    """What the dead-letter sink does when the broker gives up on a step's event."""
+
+    FAIL = "DeliveryFailed"  # the Tenant is Failed, reason DeliveryFailed, with the step's last answer
+    FAIL_CLEANUP = CLEANUP_FAILED  # the Tenant is Failed, reason CleanupFailed: it waits for a person
+    NOTHING = "nothing"  # the event only routed: resync re-drives whatever it would have started
+
+
+@dataclass(frozen=True)
+class Step:
+    """One function of the pipeline, as the broker and resync see it."""
+
+    function: str  # its Knative Service (and ServiceAccount, Trigger, sender audience)
+    takes: frozenset[str]  # the event types its Trigger passes
+    replies: frozenset[str] = frozenset()  # the event types it may answer with
+    polls: bool = False  # answers 503 + Retry-After while it waits (the broker's re-delivery polls)
+    redrive: str | None = None  # the event resync sends when this step's event was lost
+    dead_letter: DeadLetter = DeadLetter.FAIL
+    about_a_tenant: bool = True  # False: its events name no Tenant (resync's tick)
+
+
+ROUTER = Step(
+    "tenant-router",
+    takes=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.APISERVER_DELETE}),
+    replies=frozenset({events.INSTALL, events.CLEANUP}),
+    dead_letter=DeadLetter.NOTHING,
+)
+INSTALL = Step(
+    "tenant-install",
+    takes=frozenset({events.INSTALL}),
+    replies=frozenset({events.PROVISIONING}),
+    redrive=events.INSTALL,
+)
+CHECK_READY = Step(
+    "tenant-check-ready",
+    takes=frozenset({events.PROVISIONING}),
+    replies=frozenset({events.READY, events.PROVISIONING}),  # a fresh poll event: events.renewal_due
+    polls=True,
+    redrive=events.PROVISIONING,
+)
+STORE_KUBECONFIG = Step(
+    "tenant-store-kubeconfig",
+    takes=frozenset({events.READY}),
+    replies=frozenset({events.KUBECONFIG_STORED}),
+    redrive=events.READY,
+)
+NOTIFY_API = Step("tenant-notify-api", takes=frozenset({events.KUBECONFIG_STORED}), redrive=events.KUBECONFIG_STORED)
+CLEANUP = Step(
+    "tenant-cleanup",
+    takes=frozenset({events.CLEANUP}),
+    replies=frozenset({events.CLEANUP}),  # a fresh poll event: events.renewal_due
+    polls=True,
+    redrive=events.CLEANUP,
+    dead_letter=DeadLetter.FAIL_CLEANUP,
+)
+RESYNC = Step("tenant-resync", takes=frozenset({events.PING}), dead_letter=DeadLetter.NOTHING, about_a_tenant=False)
+
+# In the order a Tenant meets them. dead-letter is every Trigger's sink, not a step.
+STEPS: Final = (ROUTER, INSTALL, CHECK_READY, STORE_KUBECONFIG, NOTIFY_API, CLEANUP, RESYNC)
+DEAD_LETTER_FUNCTION: Final = "tenant-dead-letter"
+
+
+def _by_type() -> Mapping[str, Step]:
+    table: dict[str, Step] = {}
+    for step in STEPS:
+        for event_type in step.takes:
+            if event_type in table:
+                raise AssertionError(f"{event_type} is taken by {table[event_type].function} and {step.function}")
+            table[event_type] = step
+    return table
+
+
+STEP_FOR_TYPE: Final = _by_type()  # each event type goes to exactly one step
+
+
+def step_named(function: str) -> Step | None:
+    return next((step for step in STEPS if step.function == function), None)
+
+
+def is_settled(tenant: Tenant) -> bool:
+    """Provisioning or Ready for the current generation, with its release installed."""
+    return (
+        tenant.status.phase in (Phase.PROVISIONING, Phase.READY)
+        and tenant.status.observed_generation == tenant.generation
+        and tenant.status.is_true(COND_RELEASE_INSTALLED, tenant.generation)
+    )
+
+
+def gave_up(tenant: Tenant) -> bool:
+    """Cleanup failed (reason CleanupFailed): like any Failed Tenant it waits for a person, who
+    fixes the cause and patches the phase to Pending (``kubeopera-tenants retry``). Without this,
+    the very status write that says so would start cleanup again at once."""
+    ready = tenant.status.condition(COND_READY)
+    return tenant.status.phase == Phase.FAILED and ready is not None and ready.reason == CLEANUP_FAILED
+
+
+def wants_cleanup(tenant: Tenant) -> bool:
+    """Being deleted, with our finalizer still on, and cleanup has not given up."""
+    return tenant.deleting and tenant.has_finalizer and not gave_up(tenant)
+
+
+def install_skip_reason(tenant: Tenant) -> str | None:
+    """Why install leaves this Tenant alone, or None if it has work to do. A settled Tenant
+    without the finalizer was provisioned by the version before ownership: it goes through
+    install once more, which adds the finalizer and the owner labels (one helm revision)."""
+    if tenant.deleting:
+        return "tenant is being deleted; cleanup's work"
+    if tenant.status.phase == Phase.FAILED:
+        return "tenant is Failed; it waits for its phase to be patched to Pending"
+    if is_settled(tenant) and tenant.has_finalizer:
+        return "tenant already provisioned for this generation"
+    return None
+
+
+def wants_install(tenant: Tenant) -> bool:
+    return install_skip_reason(tenant) is None
+
+
+def accepted_by_install(tenant: Tenant) -> bool:
+    """The Pending install writes when it first sees a new Tenant, before anything else: phase
+    Pending, no condition yet, at the generation it was created with (1). Every other Pending
+    carries conditions: a Failed Tenant patched back to Pending (a retry) kept the Ready=False its
+    failure wrote, and resync's Pending for a Ready Tenant whose release is gone kept the
+    conditions of Ready. So install's own write, and the finalizer it adds next, need no further
+    install: the delivery that wrote them is at work (if it dies, the broker re-delivers its event,
+    and resync re-drives a Tenant left Pending). A spec edited meanwhile is a new generation, and
+    goes to install: the delivery at work may have read the old one."""
+    return tenant.status.phase == Phase.PENDING and not tenant.status.conditions and tenant.generation == 1
+
+
+def next_step(tenant: Tenant) -> str | None:
+    """What the router sends for a Tenant change, decided from the changed object alone: the event
+    type of the step that has work (install's or cleanup's), or None. A cleanup already running
+    (phase Deleting) polls on its own event; resync re-drives one that stalls."""
+    if tenant.deleting:
+        return events.CLEANUP if wants_cleanup(tenant) and tenant.status.phase != Phase.DELETING else None
+    if wants_install(tenant) and not accepted_by_install(tenant):
+        return events.INSTALL
+    return None
+
+
+def provision_elapsed(tenant: Tenant, now: datetime) -> float | None:
+    """Seconds since provisioning began (install's ``lastSyncedAt``), None when unknown."""
+    since = parse_time(tenant.status.last_synced_at)
+    return (now - since).total_seconds() if since else None
+
+
+def timeout_message(elapsed: float, timeout_seconds: int, detail: str) -> str:
+    """What a Tenant Failed at its provision timeout says, whoever found it."""
+    began = f"vCluster not ready {elapsed:.0f}s after provisioning began"
+    return f"{began} (PROVISION_TIMEOUT_SECONDS={timeout_seconds}): {detail}"
