@@ -57,6 +57,3 @@ def bind(**fields: str) -> Iterator[None]:
     finally:
         _context.reset(token)
 
-
-def current(field: str) -> str:
-    return _context.get().get(field, "")

@@ -9,7 +9,7 @@ import pytest
 
 from shared.errors import ConfigError, PermanentError
 from shared.isolation import Isolation
-from shared.naming import TenantNames, check_tenant_name
+from shared.naming import RELEASE_NAME_MAX, TenantNames, check_tenant_name
 from shared.quantity import parse
 from shared.settings import Settings
 from shared.tenant import Quota, Tenant, TenantSpec
@@ -41,7 +41,7 @@ def test_good_tenant_names_pass(name: str) -> None:
 
 
 def test_longest_release_name_fits_helm() -> None:
-    assert len(TenantNames.of("a" * 32, CS_ID).release) <= 53
+    assert len(TenantNames.of("a" * 32, CS_ID).release) <= RELEASE_NAME_MAX == 53
 
 
 def test_cloud_space_id_must_be_a_uuid() -> None:
