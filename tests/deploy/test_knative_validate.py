@@ -90,6 +90,13 @@ def test_the_kafka_broker_component_selects_the_kafka_class(knative_check: Path,
         "namespace": "knative-eventing",
     }
     assert broker["spec"]["delivery"]["deadLetterSink"]["ref"]["name"] == "tenant-dead-letter"
+    # The Kafka broker honours no Retry-After: the polling Triggers come with a backoff of their own
+    triggers = {d["metadata"]["name"]: d for d in documents(rendered) if d["kind"] == "Trigger"}
+    for polling in ("tenant-check-ready", "tenant-cleanup"):
+        delivery = triggers[polling]["spec"]["delivery"]
+        assert "retryAfterMax" not in delivery, polling
+        step = "PT10S" if polling == "tenant-check-ready" else "PT5S"
+        assert (delivery["backoffPolicy"], delivery["backoffDelay"]) == ("linear", step), polling
 
 
 def _write(path: Path, doc: dict[str, object]) -> Path:
