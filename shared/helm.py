@@ -7,9 +7,10 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
 - **No needless revisions.** ``install_or_upgrade`` compares the desired values with the
   release's current ones and returns the current revision when they are equal, so a re-delivered
   event does not create a new helm revision.
-- **One helm operation per release at a time** inside a process (a lock per release); across
-  processes (install scales to several pods) the caller holds a Lease in the release namespace
-  (``shared.locks``), and helm's own pending states refuse a second operation anyway.
+- **One helm operation per release at a time** is the caller's: install and cleanup hold
+  ``shared.locks.release_lease`` around each call (one thread lock per release in a process, then a
+  Lease in the release namespace across processes); helm's own pending states refuse a second
+  operation anyway.
 - **Stuck releases recovered.** A helm process killed mid-operation leaves the release
   ``pending-install``, ``pending-upgrade`` or ``pending-rollback`` for ever, and helm refuses every
   later operation on it (design.md section 5). One whose last update is older than
@@ -88,12 +89,6 @@ class Helm:
         self._client = pyhelm3.Client(executable=executable, kubeconfig=kubeconfig, default_timeout="5m")
         self._chart: Any = None
         self._chart_lock = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-
-    def _release_lock(self, namespace: str, release: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(f"{namespace}/{release}", threading.Lock())
 
     def chart(self) -> Any:
         """The pinned chart, pulled once into the cache folder (thread-safe)."""
@@ -198,18 +193,15 @@ class Helm:
         keep: Keep = None,
     ) -> ReleaseState:
         """Make the release run the pinned chart with ``values``; no new revision if it already does,
-        unless ``reapply()`` says so (asked under the release lock, after any other operation on the
-        release has finished): then it is upgraded anyway, and helm makes again what was deleted.
+        unless ``reapply()`` says so (asked under the caller's release lock, after any other operation
+        on the release has finished): then it is upgraded anyway, and helm makes again what was deleted.
 
         ``guard`` sees the values of the release as it is (None: there is none) before anything
-        is changed, and raises to refuse (the ownership check); it runs under the release lock.
+        is changed, and raises to refuse (the ownership check); it runs under the caller's release lock.
         ``keep(values, current)`` then returns the values to apply, keeping what a running release
         must keep (its distro, ``shared.values.keep_distro``).
         """
-        with (
-            _operation("upgrade_install", _release_attributes(name, namespace)) as outcome,
-            self._release_lock(namespace, name),
-        ):
+        with _operation("upgrade_install", _release_attributes(name, namespace)) as outcome:
             what = f"helm upgrade --install {namespace}/{name}"
             try:
                 found = _run(self._current(name, namespace))
@@ -244,10 +236,7 @@ class Helm:
     def uninstall(self, name: str, namespace: str, guard: Guard = None) -> bool:
         """``helm uninstall`` (without waiting); False if there was no release. ``guard`` as for
         ``install_or_upgrade``: it sees the current values and may refuse."""
-        with (
-            _operation("uninstall", _release_attributes(name, namespace)) as outcome,
-            self._release_lock(namespace, name),
-        ):
+        with _operation("uninstall", _release_attributes(name, namespace)) as outcome:
             try:
                 found = _run(self._current(name, namespace))
                 if found is None:
