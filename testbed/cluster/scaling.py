@@ -66,8 +66,14 @@ class ScaleTimeline:
             self._thread.join(timeout=30)
         return self.changes
 
-    def peak(self, service: str) -> int:
-        return max((counts.get(service, 0) for _, counts in self.changes), default=0)
+    def peak(self, service: str, until: float | None = None) -> int:
+        """The most Ready pods ``service`` had, over the whole timeline or until ``until``."""
+        seen = [counts.get(service, 0) for at, counts in self.changes if until is None or at <= until]
+        return max(seen, default=0)
+
+    def elapsed(self) -> float:
+        """Seconds since the timeline started (the clock of ``changes``)."""
+        return round(time.monotonic() - self._started, 1)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -50,24 +50,6 @@ def test_every_function_scales_to_zero(cluster: ClusterStack) -> None:
     wait_for("every function at zero pods, asking for none", at_zero_and_asking_for_none, timeout=420, interval=2)
 
 
-def test_an_event_wakes_only_the_function_it_is_for(cluster: ClusterStack) -> None:
-    wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
-    timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
-    try:
-        headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
-        headers |= cluster.sender_authorization("pingsource", "tenant-resync")  # as mtping sends it
-        session = requests.Session()
-        session.trust_env = False
-        session.post(cluster.broker_url, headers=headers, data=body, timeout=10).raise_for_status()
-        wait_for("tenant-resync to run a pod", lambda: timeline.peak("tenant-resync") >= 1, timeout=120)
-        time.sleep(OBSERVE_SECONDS)  # what the resync sends (nothing: pia is Ready) would wake others by now
-    finally:
-        timeline.stop()
-    print("\nafter one resync ping:\n" + timeline.table(cluster.functions))
-    others = [s for s in cluster.functions if s != "tenant-resync"]
-    assert all(timeline.peak(s) == 0 for s in others), timeline.changes
-
-
 def _a_ready_tenant(cluster: ClusterStack) -> str:
     """A Ready Tenant's name: one an earlier test left, or a new one."""
     listed = cluster.get("tenants", "-n", NAMESPACE)["items"]
@@ -79,20 +61,31 @@ def _a_ready_tenant(cluster: ClusterStack) -> str:
     return "quiet"
 
 
-def test_a_tenant_change_that_is_no_work_wakes_the_router_alone(cluster: ClusterStack) -> None:
-    """A change of a settled Tenant that asks nothing of install (a label, as any status write of
-    the pipeline's own) reaches the router, which sends it nowhere: no install or cleanup pod starts."""
+def test_an_event_wakes_only_the_function_it_is_for(cluster: ClusterStack) -> None:
+    """From zero: a resync tick wakes tenant-resync alone (every Tenant is settled: it sends
+    nothing); then a change of a settled Tenant that asks nothing of install (a label, as any of the
+    pipeline's own status writes) wakes the router alone, which sends it nowhere: no install or
+    cleanup pod starts. One wait at zero for both."""
     name = _a_ready_tenant(cluster)
     wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
     timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
     try:
+        headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
+        headers |= cluster.sender_authorization("pingsource", "tenant-resync")  # as mtping sends it
+        session = requests.Session()
+        session.trust_env = False
+        session.post(cluster.broker_url, headers=headers, data=body, timeout=10).raise_for_status()
+        wait_for("tenant-resync to run a pod", lambda: timeline.peak("tenant-resync") >= 1, timeout=120)
+        time.sleep(OBSERVE_SECONDS)  # what the resync sends (nothing: every Tenant is Ready) would wake others by now
+        labelled = timeline.elapsed()
         cluster.kubectl("label", "tenant", name, "-n", NAMESPACE, f"example.com/touched={uuid.uuid4().hex[:8]}")
         wait_for("tenant-router to run a pod", lambda: timeline.peak("tenant-router") >= 1, timeout=120)
         time.sleep(OBSERVE_SECONDS)  # what the router would send (nothing) would wake install by now
     finally:
         timeline.stop()
-    print(f"\nafter one label on {name}:\n" + timeline.table(cluster.functions))
-    # tenant-resync aside: the cluster's real five-minute schedule may tick meanwhile (and finds nothing)
+    print(f"\nafter one resync ping, then one label on {name} at {labelled} s:\n" + timeline.table(cluster.functions))
+    assert timeline.peak("tenant-router", until=labelled) == 0, timeline.changes
+    # tenant-resync woke for the ping (and the cluster's real five-minute schedule may tick again)
     woken = [s for s in cluster.functions if s not in ("tenant-router", "tenant-resync") and timeline.peak(s)]
     assert woken == [], timeline.changes
 
