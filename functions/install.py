@@ -48,7 +48,7 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared import access, claims, events, lifecycle, service_range
-from shared.errors import NamespaceTerminating, PermanentError, TenantError, WorkInHand
+from shared.errors import NamespaceTerminating, PermanentError, TenantError
 from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.isolation import policy_objects
@@ -89,15 +89,7 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
         if not mine:
             log.info("another delivery in this process is installing this generation; nothing to add")
             return None
-        try:
-            return _provision(kube, helm, settings, tenant)
-        except WorkInHand as err:
-            if not err.covered:
-                raise
-            # Another pod runs helm for this generation or a newer one: its delivery answers for the
-            # outcome (success, its broker retries, Failed), and resync re-drives a holder that died.
-            log.info("another process is installing this generation or a newer one; its outcome covers this")
-            return None
+        return _provision(kube, helm, settings, tenant)
 
 
 def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> BaseCloudEvent | None:
@@ -133,7 +125,7 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         present = {o for _, o in kube.list_policy_objects(names.namespace)}
         return not set(policy_objects(names.release)) <= present
 
-    with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds, tenant.generation):
+    with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
         # Another delivery (another pod's, or one that finished while this one read) may have
         # provisioned this generation while this one waited: then helm has nothing to do.
         fresh = live_tenant(kube, tenant.ref)

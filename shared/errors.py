@@ -26,13 +26,7 @@ class WorkInHand(TemporaryError):
     """Another process is doing this very work now (it holds the release's Lease). Asked again
     later, the delivery may find it done; if the broker gives up first, nothing has failed: the
     holder's own delivery answers for the outcome, and a holder that died leaves its Tenant to
-    resync's re-drive. Its answer says so (``"inHand": true``), and dead-letter reads it.
-    ``covered``: the holder works on the same Tenant generation or a newer one, so its outcome is
-    this delivery's too, and install answers it as done instead of asking to be re-delivered."""
-
-    def __init__(self, message: str, *, retry_after: int | None = None, covered: bool = False) -> None:
-        super().__init__(message, retry_after=retry_after)
-        self.covered = covered
+    resync's re-drive. Its answer says so (``"inHand": true``), and dead-letter reads it."""
 
 
 class NotReadyYet(TemporaryError):

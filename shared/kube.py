@@ -63,15 +63,6 @@ class Marker:
 
 
 @dataclass(frozen=True)
-class LeaseTry:
-    """What asking for a Lease found: our hold (its resourceVersion, for ``release_lease``), or
-    None and who holds it instead."""
-
-    hold: str | None
-    holder: str
-
-
-@dataclass(frozen=True)
 class Volume:
     """A PersistentVolume once bound to a claim in a given namespace."""
 
@@ -370,9 +361,9 @@ class Kube:
 
     # Leases -------------------------------------------------------------------------------
 
-    def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> LeaseTry:
-        """Hold Lease ``name`` for ``seconds`` if it is free, expired or already ``holder``'s; say
-        our hold (the resourceVersion ``release_lease`` needs), or who has it instead."""
+    def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> str | None:
+        """Hold Lease ``name`` for ``seconds`` if it is free, expired or already ``holder``'s;
+        return the resourceVersion of our hold (for ``release_lease``), None if someone else has it."""
         now = datetime.now(UTC)
         spec = k8s.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=seconds, acquire_time=now, renew_time=now)
         body: Any = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace), spec=spec)
@@ -380,7 +371,7 @@ class Kube:
             made = _call(
                 f"create lease {namespace}/{name}", lambda: self._coordination.create_namespaced_lease(namespace, body)
             )
-            return LeaseTry(str(made.metadata.resource_version), holder)
+            return str(made.metadata.resource_version)
         except Conflict:
             pass
         current = _call(
@@ -390,7 +381,7 @@ class Kube:
         renewed = current.spec.renew_time or current.spec.acquire_time
         expired = renewed is None or (now - renewed).total_seconds() > (current.spec.lease_duration_seconds or 0)
         if held and held != holder and not expired:
-            return LeaseTry(None, str(held))
+            return None
         body.metadata.resource_version = current.metadata.resource_version
         try:
             taken = _call(
@@ -398,8 +389,8 @@ class Kube:
                 lambda: self._coordination.replace_namespaced_lease(name, namespace, body),
             )
         except Conflict:
-            return LeaseTry(None, "")  # someone else took it first; who, this read does not say
-        return LeaseTry(str(taken.metadata.resource_version), holder)
+            return None  # someone else took it first
+        return str(taken.metadata.resource_version)
 
     def release_lease(self, namespace: str, name: str, resource_version: str) -> None:
         """Give up our hold (the version ``acquire_lease`` returned); gone or taken over is fine."""

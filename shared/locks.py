@@ -5,11 +5,9 @@ them at once; helm's own pending states would refuse the second operation only a
 (and a refused upgrade is still a failed helm run). ``release_lease`` holds a
 ``coordination.k8s.io/v1`` Lease named ``<release>-helm`` in the release namespace for the
 length of one helm operation: the first holder works, any other answers "another operation in
-progress" (temporary: the broker re-delivers), unless the holder installs the same generation of
-the Tenant or a newer one (its identity ends in ``@<generation>``): then the holder's outcome
-covers the delivery, which install answers as done (``WorkInHand.covered``). A holder that died
-(a killed pod) stops counting once the Lease's duration has passed. Threads of one process queue
-on a thread lock first, so only deliveries on different processes are sent back.
+progress" (temporary: the broker re-delivers). A holder that died (a killed pod) stops counting
+once the Lease's duration has passed. Threads of one process queue on a thread lock first, so
+only deliveries on different processes are sent back.
 
 Before any of that, ``installing`` coalesces within one process: the ApiServerSource sends a
 Tenant's own status and finalizer writes back to install as updates, so a burst brings several
@@ -36,16 +34,9 @@ from shared.kube import Kube
 log = logging.getLogger(__name__)
 
 
-def holder_identity(generation: int | None = None) -> str:
-    """This thread of this process of this pod, and the Tenant generation it installs (if any)."""
-    me = f"{socket.gethostname()}/{os.getpid()}/{threading.get_ident()}"
-    return me if generation is None else f"{me}@{generation}"
-
-
-def holder_generation(holder: str) -> int | None:
-    """The generation a Lease holder installs (``holder_identity``), None when it does not say."""
-    _, at, generation = holder.rpartition("@")
-    return int(generation) if at and generation.isdigit() else None
+def holder_identity() -> str:
+    """This thread of this process of this pod."""
+    return f"{socket.gethostname()}/{os.getpid()}/{threading.get_ident()}"
 
 
 _local: dict[str, threading.Lock] = {}
@@ -84,32 +75,26 @@ def installing(namespace: str, release: str, generation: int) -> Iterator[bool]:
 
 
 @contextmanager
-def release_lease(
-    kube: Kube, namespace: str, release: str, seconds: int, generation: int | None = None
-) -> Iterator[None]:
+def release_lease(kube: Kube, namespace: str, release: str, seconds: int) -> Iterator[None]:
     """Threads of one process wait for each other (a thread lock); other processes are told
-    to come back later (the Lease), or, when the holder installs ``generation`` or a newer one,
-    that its outcome covers theirs (``WorkInHand.covered``)."""
-    with _thread_lock(f"{namespace}/{release}"), _lease(kube, namespace, release, seconds, generation):
+    to come back later (the Lease)."""
+    with _thread_lock(f"{namespace}/{release}"), _lease(kube, namespace, release, seconds):
         yield
 
 
 @contextmanager
-def _lease(kube: Kube, namespace: str, release: str, seconds: int, generation: int | None) -> Iterator[None]:
+def _lease(kube: Kube, namespace: str, release: str, seconds: int) -> Iterator[None]:
     name = f"{release}-helm"
-    found = kube.acquire_lease(namespace, name, holder_identity(generation), seconds)
-    if found.hold is None:
-        theirs = holder_generation(found.holder)
-        covered = generation is not None and theirs is not None and theirs >= generation
+    holder = holder_identity()
+    hold = kube.acquire_lease(namespace, name, holder, seconds)
+    if hold is None:
         raise WorkInHand(
-            f"another process is running helm on release {namespace}/{release} (Lease {name})",
-            retry_after=5,
-            covered=covered,
+            f"another process is running helm on release {namespace}/{release} (Lease {name})", retry_after=5
         )
     try:
         yield
     finally:
         try:
-            kube.release_lease(namespace, name, found.hold)
+            kube.release_lease(namespace, name, hold)
         except TenantError as err:  # it expires on its own; the operation's outcome matters more
             log.warning("could not give the release Lease up", extra={"lease": name, "error": str(err)})

@@ -30,7 +30,7 @@ from shared import events, tracing
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
 from shared.helm import Guard, Keep
 from shared.isolation import PolicyObject, policy_objects
-from shared.kube import LeaseTry, Marker, NamespaceInfo, Rollout, StoredSecret, Volume
+from shared.kube import Marker, NamespaceInfo, Rollout, StoredSecret, Volume
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
 from shared.rbac import Role, RoleBinding
@@ -459,13 +459,13 @@ class FakeKube:
 
     # Leases (the cross-process helm lock) ---------------------------------------------------------
 
-    def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> LeaseTry:
+    def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> str | None:
         _tally(self.calls, "acquire_lease")
         current = self.leases.get((namespace, name))
         if current is not None and current != holder:
-            return LeaseTry(None, current)
+            return None
         self.leases[(namespace, name)] = holder
-        return LeaseTry(holder, holder)  # the holder stands for the resourceVersion of the hold
+        return holder  # stands for the resourceVersion of the hold
 
     def release_lease(self, namespace: str, name: str, resource_version: str) -> None:
         _tally(self.calls, "release_lease")

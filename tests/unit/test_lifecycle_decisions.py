@@ -33,7 +33,7 @@ from shared.errors import (
     WorkInHand,
 )
 from shared.http import Step, function_app
-from shared.kube import LeaseTry, Marker, Rollout, Volume
+from shared.kube import Marker, Rollout, Volume
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.ownership import (
@@ -1521,7 +1521,7 @@ def test_install_that_waited_for_the_release_finds_it_provisioned_and_adds_nothi
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     acquire = kube.acquire_lease
 
-    def provisioned_meanwhile(namespace: str, name: str, holder: str, seconds: int) -> LeaseTry:
+    def provisioned_meanwhile(namespace: str, name: str, holder: str, seconds: int) -> str | None:
         kube.acquire_lease = acquire  # type: ignore[method-assign]
         other_pod = Condition(COND_RELEASE_INSTALLED, "True", "Installed", "by the other pod", 1)
         write_status(
@@ -1536,28 +1536,6 @@ def test_install_that_waited_for_the_release_finds_it_provisioned_and_adds_nothi
 
 
 # one helm operation per release across processes ------------------------------------------------
-
-
-@pytest.mark.parametrize(("theirs", "covered"), [(1, True), (2, True), (0, False), (None, False)])
-def test_a_holder_installing_this_generation_or_a_newer_one_covers_the_delivery(
-    kube: FakeKube, helm: FakeHelm, theirs: int | None, covered: bool
-) -> None:
-    """Another pod holds the release's Lease for generation ``theirs``: when that is this
-    delivery's generation or a newer one, its outcome covers this delivery, answered as done (204,
-    not a re-delivery that could run out into a dead letter); an older or unnamed generation must
-    be waited for (503, ``inHand``)."""
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
-    holder = "another-pod/1/1" + (f"@{theirs}" if theirs is not None else "")
-    kube.leases[(BOB_NS, f"{BOB_RELEASE}-helm")] = holder
-    assert locks.holder_generation(holder) == theirs
-    if covered:
-        assert run_install(kube, helm, obj) is None
-    else:
-        with pytest.raises(WorkInHand) as refused:
-            run_install(kube, helm, obj)
-        assert not refused.value.covered
-    assert helm.operations == []
-    assert kube.leases == {(BOB_NS, f"{BOB_RELEASE}-helm"): holder}, "the holder's Lease is untouched"
 
 
 def test_install_waits_while_another_process_holds_the_release_lease(kube: FakeKube, helm: FakeHelm) -> None:
