@@ -28,7 +28,6 @@ import yaml
 from testbed.processes import HttpProbe, ProcessSpec, Supervisor, free_port, run
 from testbed.toolchain import Toolchain
 
-CHART_DIR = Path(__file__).resolve().parent / "chart"
 CHART_NAME = "vcluster"
 CHART_VERSION = "0.21.2"
 CHART_REPOSITORY = "charts"

@@ -29,7 +29,8 @@ import pytest
 from testbed import processes
 from testbed.controlplane import ControlPlane, create_namespace, delete_namespace, start_control_plane
 from testbed.processes import Supervisor
-from testbed.registry import CHART_DIR, Registry, push_chart, start_registry
+from testbed.project import CHART_DIR
+from testbed.registry import Registry, push_chart, start_registry
 from testbed.registry import helm_env as make_helm_env
 from testbed.standins.kubeopera_api import ApiStandIn
 from testbed.toolchain import Toolchain, ensure_all

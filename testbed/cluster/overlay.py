@@ -36,8 +36,8 @@ import yaml
 
 from testbed.cluster.yamldocs import Manifests, Obj, ReleaseError, find, load, merged_data
 from testbed.images.catalog import FUNCTION_IMAGE
-from testbed.local.manifests import TENANT_NAMESPACE, function_modules
 from testbed.processes import run
+from testbed.project import TENANT_NAMESPACE, function_modules
 
 KNATIVE_SERVICE = "serving.knative.dev/v1"
 PUBLISHED_IMAGE = "ghcr.io/kubeopera/kubeopera-tenants"

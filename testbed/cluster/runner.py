@@ -23,9 +23,8 @@ from shared.kube import Kube
 from shared.tenant import Tenant
 from testbed.cluster.scaling import ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterOptions, ClusterStack, start_cluster
-from testbed.local.project import project_path
-from testbed.local.runner import export_kubeconfig
 from testbed.processes import ProcessError, install_signal_handlers
+from testbed.project import export_kubeconfig, project_path
 
 EXAMPLE = ("deploy", "examples", "alice-default.yaml")
 

@@ -49,10 +49,10 @@ from testbed.cluster import release
 from testbed.cluster.podlogs import PodLogs
 from testbed.controlplane import pki
 from testbed.images import build_all
-from testbed.local.project import CHART_DIR, project_path
-from testbed.local.senders import broker_audience
+from testbed.knative.oidc import broker_audience
 from testbed.node import NODE_IP, Node, start_node
 from testbed.processes import ProcessError, free_port
+from testbed.project import CHART_DIR, project_path
 from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
 from testbed.standins.kubeopera_api import ApiStandIn
 from testbed.standins.vcluster import process_spec as vcluster_process

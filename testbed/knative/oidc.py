@@ -123,6 +123,11 @@ def identity_name(group: str, kind: str, name: str) -> str:
     return child_name(name, f"-oidc-{group}-{kind}").lower()
 
 
+def broker_audience(namespace: str, broker: str) -> str:
+    """The Broker's ``status.address.audience`` (``auth.GetAudience``, pkg/auth/audience.go)."""
+    return f"eventing.knative.dev/broker/{namespace}/{broker}".lower()
+
+
 def trigger_identity(trigger: str) -> str:
     return identity_name("eventing.knative.dev", "Trigger", trigger)
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from testbed.knative.broker_watch import Delivery
-from testbed.local.manifests import TENANT_NAMESPACE
 from testbed.local.stack import Stack
+from testbed.project import TENANT_NAMESPACE
 
 
 class Kubectl(Protocol):

@@ -12,29 +12,25 @@ none, or, with the feature off, no EventPolicy.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from shared.naming import DEFAULT_TENANT_NAMESPACE
 from testbed.knative.broker_watch import Route
 from testbed.knative.kubectl import kubectl
 from testbed.knative.names import SYSTEM_NAMESPACE
 from testbed.local import senders
 from testbed.local.errors import StackError
-from testbed.local.project import project_path
 from testbed.processes import run
+from testbed.project import function_modules, project_path
 from testbed.toolchain import Toolchain, knative_check
 
-TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE  # where deploy/base and eventing/ put everything
 BROKER = "default"
 SOURCE = "tenant-source"  # the ApiServerSource in eventing/, and its ServiceAccount
 
 # A function's Knative Service starts the image with one argument, the gunicorn app of its module.
-_APP_ARGUMENT = re.compile(r"functions\.(?P<module>\w+):create_app\(\)")
 
 
 def admitted_manifests(tools: Toolchain, run_dir: Path, features: Mapping[str, str], sender_identity: bool) -> Path:
@@ -85,22 +81,6 @@ def routes(manifests: list[dict[str, Any]]) -> list[Route]:
         for doc in manifests
         if doc["kind"] == "Trigger" and doc["spec"]["broker"] == BROKER
     ]
-
-
-def function_modules(manifests: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Knative Service name -> the module in functions/ it serves, read from each Service's container
-    args (``["functions.<module>:create_app()"]``); ``StackError`` for a Service that has other args."""
-    found: dict[str, str] = {}
-    for doc in manifests:
-        if (doc.get("apiVersion"), doc.get("kind")) != ("serving.knative.dev/v1", "Service"):
-            continue
-        name = doc["metadata"]["name"]
-        args = doc["spec"]["template"]["spec"]["containers"][0].get("args") or []
-        matched = _APP_ARGUMENT.fullmatch(args[0]) if len(args) == 1 else None
-        if matched is None:
-            raise StackError(f"Knative Service {name}: args {args} name no function (functions.<module>:create_app())")
-        found[name] = matched["module"]
-    return found
 
 
 def declared_functions() -> dict[str, str]:

@@ -34,6 +34,7 @@ from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.waterfall import render
 from testbed.processes import Supervisor
+from testbed.project import export_kubeconfig
 from testbed.toolchain import ensure_all
 
 EXAMPLE = ("deploy", "examples", "alice-default.yaml")
@@ -132,17 +133,6 @@ def tenant_trace(jaeger: Jaeger, tenant_key: str) -> tuple[str, list[TraceSpan]]
         if any(s.service == "tenant-notify-api" and s.attributes.get("kubeopera.tenant") == tenant_key for s in spans):
             return trace_id, spans
     return None
-
-
-def export_kubeconfig(admin: Path, out: Path | None) -> Path:
-    """A copy of the admin kubeconfig at ``out`` (owner-only), for ``--kubeconfig-out``; the
-    kubeconfig to tell the user about."""
-    if out is None:
-        return admin
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(admin, out)
-    os.chmod(out, 0o600)
-    return out
 
 
 def _serve(stack: Stack, options: LocalOptions, out: TextIO, jaeger: Jaeger | None = None) -> None:

@@ -60,11 +60,6 @@ def audience(service: str) -> str:
     return service
 
 
-def broker_audience(namespace: str, broker: str) -> str:
-    """The Broker's ``status.address.audience`` (``auth.GetAudience``, pkg/auth/audience.go)."""
-    return f"eventing.knative.dev/broker/{namespace}/{broker}".lower()
-
-
 def _service_of(destination: Mapping[str, Any] | None) -> str | None:
     ref = (destination or {}).get("ref") or {}
     return ref.get("name") if (ref.get("apiVersion"), ref.get("kind")) == (SERVING, "Service") else None

@@ -68,11 +68,11 @@ from testbed.local.errors import StackError
 from testbed.local.function_processes import function_specs, port_of, start_functions, start_replica, url_of
 from testbed.local.identities import Identities
 from testbed.local.kubelet_images import kubelet_images
-from testbed.local.manifests import BROKER, SOURCE, TENANT_NAMESPACE, admitted_manifests, function_modules, routes
+from testbed.local.manifests import BROKER, SOURCE, admitted_manifests, routes
 from testbed.local.options import StackOptions
-from testbed.local.project import CHART_DIR, project_path
 from testbed.local.ticker import ping_event
 from testbed.processes import ManagedProcess, ProcessSpec, Supervisor, free_port
+from testbed.project import CHART_DIR, TENANT_NAMESPACE, function_modules, project_path
 from testbed.registry import push_chart, start_registry
 from testbed.standins import serving as serving_standin
 from testbed.standins.kubelet import KubeletStandIn
@@ -141,7 +141,7 @@ class Stack:
         authentication-oidc. Whether the Broker admits it is its EventPolicy's say."""
         if not self.sender_identity:
             return {}
-        audience = senders.broker_audience(TENANT_NAMESPACE, BROKER)
+        audience = oidc.broker_audience(TENANT_NAMESPACE, BROKER)
         token = cp_mod.request_token(self.control_plane, TENANT_NAMESPACE, service_account, audiences=[audience])
         return {"Authorization": f"Bearer {token}"}
 
@@ -286,7 +286,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 api = stack.enter_context(ApiStandIn())
                 api_url = api.url
 
-            broker_audience = senders.broker_audience(TENANT_NAMESPACE, BROKER) if options.sender_identity else None
+            broker_audience = oidc.broker_audience(TENANT_NAMESPACE, BROKER) if options.sender_identity else None
             sink_tokens: dict[str, Path] = {}  # each SinkBinding's token for the Broker (sender identity)
             if broker_audience is not None:
                 for subject, binding in _sink_bindings(manifests, functions).items():

@@ -16,8 +16,8 @@ import requests
 
 from testbed.cluster.scaling import ScaleTimeline, cold_start, ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterStack
-from testbed.local.project import project_path
 from testbed.local.ticker import ping_event
+from testbed.project import project_path
 
 from .support import phase, tenant, wait_for
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from testbed import toolchain
-from testbed.registry import CHART_DIR
+from testbed.project import CHART_DIR
 
 from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, SERVICES, dockerfile_env, file_documents, objects_of
 from .serving import stop

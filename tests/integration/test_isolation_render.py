@@ -22,7 +22,7 @@ import yaml
 from shared.isolation import Isolation
 from shared.tenant import Tenant
 from shared.values import vcluster_values
-from testbed.registry import CHART_DIR
+from testbed.project import CHART_DIR
 from testbed.toolchain import Toolchain
 
 from .tenant_objects import tenant_body

@@ -36,7 +36,7 @@ from testbed.cluster.overlay import (
 from testbed.cluster.serving import INGRESS_CLASS
 from testbed.cluster.yamldocs import ReleaseError, key, load, pod_images, resolve_ko, strings
 from testbed.images.catalog import COREDNS, FUNCTION_IMAGE, KO_IMAGES, REGISTRY, TRAEFIK
-from testbed.local.manifests import function_modules
+from testbed.project import function_modules
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "kubeopera-system"
