@@ -418,7 +418,7 @@ def where_table(
         ("part", "median"),
         rows,
         (
-            "install deliveries include those of the Tenant's own status updates (each reads, has nothing to do).",
+            "install deliveries: the router's io.kubeopera.tenant.install (and resync's), no Tenant status update.",
             "'not in a function': first install call to Ready, minus the time a function held one of its deliveries.",
         ),
     )
