@@ -81,7 +81,9 @@ def as_(cp: ControlPlane, who: list[str], *args: str, stdin: str | None = None) 
 def tenant_name(control_plane: ControlPlane) -> Iterator[str]:
     """vcluster-<t> with the real chart's Role bound to the syncer's ServiceAccount (and, standing
     in for their ClusterRoles, to tenant-install and tenant-cleanup), and the policy in force."""
-    token = secrets.token_hex(3)
+    # a letter first: hex digits alone can read as a number in YAML ("3e5870" is a float to
+    # kubectl), and a label value must be a string (one CI run failed on exactly that)
+    token = f"t{secrets.token_hex(3)}"
     name = f"hr-{token}"
     namespace = f"vcluster-{name}"
     docs = [d for d in yaml.safe_load_all(POLICY.read_text(encoding="utf-8")) if d]
