@@ -70,7 +70,7 @@ def poll_verdict(
     return Poll.AGAIN
 
 
-NOT_SERVING = "VClusterNotServing"  # the Ready condition's reason while the kubeconfig does not work yet
+NOT_SERVING = lifecycle.NOT_SERVING_REASON  # the Ready condition's reason while the kubeconfig does not work yet
 
 
 def waiting_for(

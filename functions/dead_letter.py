@@ -7,7 +7,9 @@ errors as ``{"error": message}``, so that message becomes the Tenant's ``status.
 Nothing is changed for a Tenant that is gone, replaced, at a newer generation, or already Ready,
 nor when the step's last answer said another process had the work in hand (``"inHand": true``,
 ``errors.WorkInHand``): a second delivery that waited on another pod's helm run is not a failure;
-nor for install's dead letter once install has recorded its outcome for that generation after the
+nor for an event made before the Tenant's last recorded failure (the step marked it Failed itself
+and answered 422, or a retry has superseded the event: ``lifecycle.failed_since``), nor for
+install's dead letter once install has recorded its outcome for that generation after the
 event was made (Provisioning, ``lastSyncedAt`` not older than the event's ``time``): a duplicate
 (the router's and resync's for one change) failing, or a stale one from before a retry, says
 nothing about a Tenant that is provisioning fine.
@@ -92,6 +94,16 @@ def install_outcome_recorded(tenant: Tenant, ref: TenantRef, event: BaseCloudEve
     )
 
 
+def failure_recorded_since(tenant: Tenant, event: BaseCloudEvent) -> bool:
+    """Was the Tenant's last failure recorded after the event was made? Then the step
+    recorded its own failure (it marks the Tenant Failed, then answers 422, which the broker
+    dead-letters), or another did since; and a retry after it supersedes this event: failing the
+    retried Tenant again for it would undo the retry."""
+    failed = lifecycle.failed_since(tenant)  # whole seconds: within the second of the event, it acts
+    sent = event.get_time()
+    return failed is not None and sent is not None and sent < failed
+
+
 def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     reason = failure_reason(event)
     dest = str(event.get_extension("knativeerrordest") or "")
@@ -104,13 +116,13 @@ def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent 
         # that process answers for the outcome, and resync re-drives a Tenant whose holder died.
         log.info("dead letter of work another process had in hand; not a failure", extra={"reason": reason})
         return None
-    if step == lifecycle.INSTALL:
-        tenant = live_tenant(kube, ref)
-        if tenant is not None and install_outcome_recorded(tenant, ref, event):
-            log.info(
-                "dead letter of an install whose outcome is recorded since; not a failure", extra={"reason": reason}
-            )
-            return None
+    tenant = live_tenant(kube, ref)
+    if tenant is not None and failure_recorded_since(tenant, event):
+        log.info("dead letter of an event older than the Tenant's last failure; nothing new", extra={"reason": reason})
+        return None
+    if step == lifecycle.INSTALL and tenant is not None and install_outcome_recorded(tenant, ref, event):
+        log.info("dead letter of an install whose outcome is recorded since; not a failure", extra={"reason": reason})
+        return None
     log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
     mark_failed(kube, ref, reason, reason=step.dead_letter.value)
     return None

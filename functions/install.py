@@ -165,7 +165,9 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
             },
             conditions=(
                 Condition(COND_RELEASE_INSTALLED, "True", "Installed", message, tenant.generation),
-                Condition(COND_READY, "False", "Provisioning", "waiting for the vCluster", tenant.generation),
+                Condition(
+                    COND_READY, "False", lifecycle.PROVISIONING_REASON, "waiting for the vCluster", tenant.generation
+                ),
             ),
         ),
     )

@@ -17,6 +17,8 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
 - ``accepted_by_install``: the Pending install writes the first time it sees a Tenant (no
   conditions yet): install is already on it;
 - ``next_step``: what the router sends for a Tenant change (install, cleanup or nothing);
+- ``failed_since``: when the Tenant's last failure was recorded (dead-letter ignores an event made
+  before it: the step recorded its own failure, or a retry has superseded it);
 - ``provision_elapsed`` and ``timeout_message``: the provision timeout, counted from install's
   ``lastSyncedAt``, as check-ready and resync both judge it.
 """
@@ -35,6 +37,11 @@ from shared.tenant import COND_READY, COND_RELEASE_INSTALLED, Phase, Tenant, par
 
 # The reason of the Ready condition when cleanup gave up (CleanupStalled, or its dead letter).
 CLEANUP_FAILED: Final = CleanupStalled.reason
+# The Ready condition's reasons while a Tenant is on its way: install's, and check-ready's while the
+# vCluster's API does not serve yet. Any other Ready=False says the Tenant failed
+# (reconcile.failed_update), and when.
+PROVISIONING_REASON: Final = "Provisioning"
+NOT_SERVING_REASON: Final = "VClusterNotServing"
 
 
 class DeadLetter(enum.Enum):
@@ -176,6 +183,16 @@ def next_step(tenant: Tenant) -> str | None:
     if wants_install(tenant) and not accepted_by_install(tenant):
         return events.INSTALL
     return None
+
+
+def failed_since(tenant: Tenant) -> datetime | None:
+    """When the Tenant's last failure was recorded (its Ready=False with a failure's reason), or
+    None. A retry (phase patched to Pending) keeps that condition until install moves on, so it
+    also dates what a retry supersedes."""
+    ready = tenant.status.condition(COND_READY)
+    if ready is None or ready.status != "False" or ready.reason in (PROVISIONING_REASON, NOT_SERVING_REASON):
+        return None
+    return parse_time(ready.last_transition_time)
 
 
 def provision_elapsed(tenant: Tenant, now: datetime) -> float | None:

@@ -1332,6 +1332,33 @@ def test_dead_letter_of_an_install_fails_a_tenant_install_never_took(kube: FakeK
     assert live(kube).status.message.endswith("last answer 503: helm failed")
 
 
+def test_a_steps_own_422_dead_lettered_after_a_retry_leaves_the_retried_tenant_alone(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """CI of f367758 (test_faults, the wrong Service range): check-ready failed the Tenant at its
+    timeout itself and answered 422; the runbook's retry patched it to Pending within the second;
+    then the broker's dead letter of that 422 arrived and failed the retried Tenant again. An event
+    made before the Tenant's last recorded failure carries nothing new (``lifecycle.failed_since``)."""
+    obj = provision(kube, helm)
+    sent = events.make(events.PROVISIONING, "resync", ref_of(obj))
+    made_before = CloudEvent(
+        attributes=sent.get_attributes()
+        | {
+            "time": datetime.now(UTC) - timedelta(seconds=14),
+            "knativeerrordest": f"http://tenant-check-ready.{TENANT_NAMESPACE}.svc.cluster.local",
+            "knativeerrorcode": "422",
+        },
+        data=sent.get_data(),
+    )
+    mark_failed(kube, ref_of(obj), "vCluster not ready 16s after provisioning began", "ProvisionTimeout")
+    kube.patch_tenant_status(live(kube), StatusUpdate(phase=Phase.PENDING, fields={"message": "retry requested"}))
+    mark = len(kube.journal)
+
+    dead_letter.handle(kube, made_before, ref_of(obj))
+
+    assert live(kube).status.phase == "Pending" and since(kube, mark) == []
+
+
 def test_dead_letter_never_fails_a_ready_tenant(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     obj = provisioned_and_stored(kube, helm)
     notify_api.handle(kube, api, ref_of(obj))
