@@ -186,13 +186,17 @@ def next_step(tenant: Tenant) -> str | None:
 
 
 def failed_since(tenant: Tenant) -> datetime | None:
-    """When the Tenant's last failure was recorded (its Ready=False with a failure's reason), or
-    None. A retry (phase patched to Pending) keeps that condition until install moves on, so it
-    also dates what a retry supersedes."""
+    """When the Tenant's last failure was recorded, or None: while its Ready condition is False
+    with a failure's reason, the ``lastSyncedAt`` the failure wrote (``reconcile.failed_update``;
+    not the condition's ``lastTransitionTime``, which moves only when its status does: from
+    install's Ready=False "Provisioning" to a failure it stays). A retry (phase patched to Pending)
+    keeps both until install moves on, so this also dates what a retry supersedes."""
+    if tenant.status.phase not in (Phase.FAILED, Phase.PENDING):  # moved on since (Deleting writes lastSyncedAt)
+        return None
     ready = tenant.status.condition(COND_READY)
     if ready is None or ready.status != "False" or ready.reason in (PROVISIONING_REASON, NOT_SERVING_REASON):
         return None
-    return parse_time(ready.last_transition_time)
+    return parse_time(tenant.status.last_synced_at)
 
 
 def provision_elapsed(tenant: Tenant, now: datetime) -> float | None:

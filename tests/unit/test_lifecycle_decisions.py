@@ -1340,6 +1340,14 @@ def test_a_steps_own_422_dead_lettered_after_a_retry_leaves_the_retried_tenant_a
     then the broker's dead letter of that 422 arrived and failed the retried Tenant again. An event
     made before the Tenant's last recorded failure carries nothing new (``lifecycle.failed_since``)."""
     obj = provision(kube, helm)
+    # install's Provisioning, with its Ready=False "Provisioning", was written 20 s before: a failure
+    # after it keeps that condition's lastTransitionTime (its status stays False), so only
+    # lastSyncedAt dates the failure
+    stored = kube.tenants[(TENANT_NAMESPACE, "bob-dev")]["status"]
+    long_ago = (datetime.now(UTC) - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stored["lastSyncedAt"] = long_ago
+    for condition in stored["conditions"]:
+        condition["lastTransitionTime"] = long_ago
     sent = events.make(events.PROVISIONING, "resync", ref_of(obj))
     made_before = CloudEvent(
         attributes=sent.get_attributes()
@@ -1351,6 +1359,8 @@ def test_a_steps_own_422_dead_lettered_after_a_retry_leaves_the_retried_tenant_a
         data=sent.get_data(),
     )
     mark_failed(kube, ref_of(obj), "vCluster not ready 16s after provisioning began", "ProvisionTimeout")
+    failed = live(kube).status.condition("Ready")
+    assert failed is not None and failed.last_transition_time == long_ago, "as the API server keeps it"
     kube.patch_tenant_status(live(kube), StatusUpdate(phase=Phase.PENDING, fields={"message": "retry requested"}))
     mark = len(kube.journal)
 

@@ -249,3 +249,23 @@ def test_the_routers_dead_letter_fails_no_tenant(kube: FakeKube, helm: FakeHelm)
     response = deliver(dead_letter.create_app(stand_ins(kube, helm, FakeKubeoperaApi())), CloudEvent(attributes, obj))
     assert response.status_code == 204
     assert kube.journal == []
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        pytest.param(failed("ProvisionTimeout"), NOW, id="failed"),
+        pytest.param(retried("ProvisionTimeout"), NOW, id="retried"),
+        pytest.param({"phase": "Pending"}, None, id="first-sight"),
+        pytest.param(settled("Provisioning", condition("Ready", "False", "Provisioning")), None, id="provisioning"),
+        pytest.param(
+            settled("Provisioning", condition("Ready", "False", "VClusterNotServing")),
+            None,
+            id="not-serving-yet",
+        ),
+        pytest.param(failed("ProvisionTimeout") | {"phase": "Deleting"}, None, id="deleting-since"),
+    ],
+)
+def test_failed_since_dates_only_a_failure_that_still_stands(status: dict[str, Any], expected: str | None) -> None:
+    since = lifecycle.failed_since(Tenant.from_object(tenant(status)))
+    assert (since.strftime("%Y-%m-%dT%H:%M:%SZ") if since else None) == expected
