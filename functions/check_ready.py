@@ -49,7 +49,6 @@ from shared.vcluster_api import VClusterProbe
 NAME = "check-ready"
 log = logging.getLogger(__name__)
 
-RENEW_AFTER_POLLS = events.RENEW_AFTER_POLLS  # shared with cleanup (events.renewal_due)
 
 
 class Poll(enum.Enum):
@@ -62,8 +61,8 @@ def poll_verdict(
 ) -> TenantError | Poll:
     """What to answer while the vCluster is not ready: give up (an error to raise), ask again
     after the poll interval (``Poll.AGAIN``), or renew the event (``Poll.RENEW``)."""
-    elapsed = lifecycle.provision_elapsed(tenant, now) or 0.0
-    if elapsed > settings.provision_timeout_seconds:
+    elapsed = lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds)
+    if elapsed is not None:
         return ProvisionTimeout(lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, waiting))
     if events.renewal_due(event_time, now, settings.ready_poll_seconds):
         return Poll.RENEW
@@ -181,7 +180,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
-            accepts=frozenset({events.PROVISIONING}),
+            accepts=lifecycle.CHECK_READY.takes,
             handle=lambda event, ref: handle(rt.kube, releases, rt.settings, event, ref, vcluster=vcluster),
             on_permanent=rt.mark_failed,
         ),

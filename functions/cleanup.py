@@ -71,7 +71,6 @@ if TYPE_CHECKING:
 
 NAME = "cleanup"
 CLEANUP_FAILED = lifecycle.CLEANUP_FAILED
-RENEW_AFTER_POLLS = events.RENEW_AFTER_POLLS  # shared with check-ready (events.renewal_due)
 log = logging.getLogger(__name__)
 
 

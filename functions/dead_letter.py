@@ -34,7 +34,7 @@ from flask import Flask
 from shared import lifecycle
 from shared.http import IN_HAND, Step, function_app
 from shared.kube import Kube
-from shared.reconcile import live_tenant, mark_failed
+from shared.reconcile import fail, live_tenant
 from shared.runtime import Runtime
 from shared.tenant import Phase, Tenant, TenantRef, parse_time
 
@@ -68,12 +68,11 @@ def last_answer(event: BaseCloudEvent) -> tuple[str, dict[str, object]]:
     return text, parsed if isinstance(parsed, dict) else {}
 
 
-def failure_reason(event: BaseCloudEvent) -> str:
-    """A one-line reason from the knativeerror* extensions."""
+def failure_reason(event: BaseCloudEvent, step: lifecycle.Step | None) -> str:
+    """A one-line reason from the knativeerror* extensions, naming the step that gave up."""
     code = str(event.get_extension("knativeerrorcode") or "no response")
     text, body = last_answer(event)
     detail = str(body.get("error", "")) or text.strip()
-    step = failed_step(event)
     to = step.function if step else "its subscriber"
     reason = f"{event.get_type()} could not be delivered to {to}: last answer {code}"
     return f"{reason}: {detail}" if detail else reason
@@ -105,9 +104,9 @@ def failure_recorded_since(tenant: Tenant, event: BaseCloudEvent) -> bool:
 
 
 def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
-    reason = failure_reason(event)
-    dest = str(event.get_extension("knativeerrordest") or "")
     step = failed_step(event)
+    reason = failure_reason(event, step)
+    dest = str(event.get_extension("knativeerrordest") or "")
     if step is None or step.dead_letter == lifecycle.DeadLetter.NOTHING:
         log.warning("dead letter of a step whose failure fails no Tenant; resync re-drives", extra={"reason": reason})
         return None
@@ -117,14 +116,16 @@ def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent 
         log.info("dead letter of work another process had in hand; not a failure", extra={"reason": reason})
         return None
     tenant = live_tenant(kube, ref)
-    if tenant is not None and failure_recorded_since(tenant, event):
+    if tenant is None:
+        return None
+    if failure_recorded_since(tenant, event):
         log.info("dead letter of an event older than the Tenant's last failure; nothing new", extra={"reason": reason})
         return None
-    if step == lifecycle.INSTALL and tenant is not None and install_outcome_recorded(tenant, ref, event):
+    if step == lifecycle.INSTALL and install_outcome_recorded(tenant, ref, event):
         log.info("dead letter of an install whose outcome is recorded since; not a failure", extra={"reason": reason})
         return None
     log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
-    mark_failed(kube, ref, reason, reason=step.dead_letter.value)
+    fail(kube, tenant, reason, reason=step.dead_letter.value)
     return None
 
 
@@ -134,7 +135,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
-            accepts=frozenset(t for step in lifecycle.STEPS if step.about_a_tenant for t in step.takes),
+            accepts=lifecycle.TENANT_EVENT_TYPES,
             handle=lambda event, ref: handle(rt.kube, event, ref),
             on_permanent=rt.mark_failed,
         ),

@@ -16,7 +16,7 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import events
+from shared import lifecycle
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
@@ -95,7 +95,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
-            accepts=frozenset({events.KUBECONFIG_STORED}),
+            accepts=lifecycle.NOTIFY_API.takes,
             handle=lambda event, ref: handle(rt.kube, api, ref),
             on_permanent=rt.mark_failed,
         ),

@@ -122,7 +122,7 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     if status.phase == Phase.PROVISIONING:
         if since is None:
             return Redrive.CHECK  # no start time to count the timeout from (a status edited by hand)
-        if idle > settings.provision_timeout_seconds:
+        if lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds) is not None:
             return Redrive.TIMEOUT
         return Redrive.CHECK if idle > settings.ready_poll_seconds else None
     if status.phase == Phase.READY and drift is not None:
@@ -222,7 +222,7 @@ def _redrive(
 ) -> None:
     names = tenant.spec.names
     if action == Redrive.TIMEOUT:
-        elapsed = lifecycle.provision_elapsed(tenant, now) or 0.0
+        elapsed = lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds) or 0.0
         message = lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, "found by resync")
         mark_failed(kube, tenant.ref, message, ProvisionTimeout.reason)
         return
@@ -258,4 +258,4 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     def tick(event: BaseCloudEvent) -> None:
         resync(rt.kube, sink(), rt.settings)
 
-    return function_app(Step(name=NAME, accepts=frozenset({events.PING}), tick=tick), rt.sender_check())
+    return function_app(Step(name=NAME, accepts=lifecycle.RESYNC.takes, tick=tick), rt.sender_check())

@@ -21,7 +21,7 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import access, claims, events
+from shared import access, claims, events, lifecycle
 from shared.errors import TemporaryError
 from shared.http import Step, function_app
 from shared.kube import Kube
@@ -80,7 +80,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
-            accepts=frozenset({events.READY}),
+            accepts=lifecycle.STORE_KUBECONFIG.takes,
             handle=lambda event, ref: handle(rt.kube, rt.settings, ref),
             on_permanent=rt.mark_failed,
         ),

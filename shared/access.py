@@ -41,9 +41,9 @@ deletes the dependent. cleanup's deletion of the namespace takes them with it.
 
 Each is read first and written only when missing or different, so a second run writes nothing.
 A process remembers for ``RECHECK_SECONDS`` which Tenants' grants it has just ensured, and
-``grant_if_ours`` does not read them again in that time: in a burst the ApiServerSource brings
-each Tenant's own status writes back to install several times, and each would otherwise read the
-namespace, the two Roles and five RoleBindings. A grant changed by hand is therefore put back by
+``grant_if_ours`` does not read them again in that time: install deliveries that leave a settled
+Tenant alone (the router's and resync's duplicates, resync's re-drives) would otherwise each read
+the namespace, the two Roles and five RoleBindings. A grant changed by hand is therefore put back by
 the first delivery after that window (or at once by a full install run, which always checks). A
 Tenant made before a grant existed gets it the same way, on its next install delivery (resync
 sends one when its own reads there are refused, ``functions.resync``).

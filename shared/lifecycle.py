@@ -19,8 +19,8 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
 - ``next_step``: what the router sends for a Tenant change (install, cleanup or nothing);
 - ``failed_since``: when the Tenant's last failure was recorded (dead-letter ignores an event made
   before it: the step recorded its own failure, or a retry has superseded it);
-- ``provision_elapsed`` and ``timeout_message``: the provision timeout, counted from install's
-  ``lastSyncedAt``, as check-ready and resync both judge it.
+- ``provision_elapsed``, ``timed_out`` and ``timeout_message``: the provision timeout, counted from
+  install's ``lastSyncedAt``, as check-ready and resync both judge it.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ class Step:
     polls: bool = False  # answers 503 + Retry-After while it waits (the broker's re-delivery polls)
     redrive: str | None = None  # the event resync sends when this step's event was lost
     dead_letter: DeadLetter = DeadLetter.FAIL
-    about_a_tenant: bool = True  # False: its events name no Tenant (resync's tick)
 
 
 ROUTER = Step(
@@ -99,11 +98,10 @@ CLEANUP = Step(
     redrive=events.CLEANUP,
     dead_letter=DeadLetter.FAIL_CLEANUP,
 )
-RESYNC = Step("tenant-resync", takes=frozenset({events.PING}), dead_letter=DeadLetter.NOTHING, about_a_tenant=False)
+RESYNC = Step("tenant-resync", takes=frozenset({events.PING}), dead_letter=DeadLetter.NOTHING)
 
 # In the order a Tenant meets them. dead-letter is every Trigger's sink, not a step.
 STEPS: Final = (ROUTER, INSTALL, CHECK_READY, STORE_KUBECONFIG, NOTIFY_API, CLEANUP, RESYNC)
-DEAD_LETTER_FUNCTION: Final = "tenant-dead-letter"
 
 
 def _by_type() -> Mapping[str, Step]:
@@ -117,10 +115,8 @@ def _by_type() -> Mapping[str, Step]:
 
 
 STEP_FOR_TYPE: Final = _by_type()  # each event type goes to exactly one step
-
-
-def step_named(function: str) -> Step | None:
-    return next((step for step in STEPS if step.function == function), None)
+# The types whose event names a Tenant: every step's but resync's tick (what dead-letter may get).
+TENANT_EVENT_TYPES: Final = frozenset(STEP_FOR_TYPE) - RESYNC.takes
 
 
 def is_settled(tenant: Tenant) -> bool:
@@ -203,6 +199,13 @@ def provision_elapsed(tenant: Tenant, now: datetime) -> float | None:
     """Seconds since provisioning began (install's ``lastSyncedAt``), None when unknown."""
     since = parse_time(tenant.status.last_synced_at)
     return (now - since).total_seconds() if since else None
+
+
+def timed_out(tenant: Tenant, now: datetime, timeout_seconds: int) -> float | None:
+    """The seconds since provisioning began when they are past the provision timeout, else None
+    (also when unknown: a Tenant with no start time is never timed out, only checked)."""
+    elapsed = provision_elapsed(tenant, now)
+    return elapsed if elapsed is not None and elapsed > timeout_seconds else None
 
 
 def timeout_message(elapsed: float, timeout_seconds: int, detail: str) -> str:

@@ -90,8 +90,12 @@ def failed_update(tenant: Tenant, message: str, reason: str = "ProvisioningFaile
 def mark_failed(kube: Kube, ref: TenantRef, message: str, reason: str = "ProvisioningFailed") -> bool:
     """Set phase Failed if the tenant is still the one the event named and is not settled."""
     tenant = live_tenant(kube, ref)
-    if tenant is None:
-        return False
+    return tenant is not None and fail(kube, tenant, message, reason)
+
+
+def fail(kube: Kube, tenant: Tenant, message: str, reason: str = "ProvisioningFailed") -> bool:
+    """``mark_failed`` for a Tenant already read (as the event named it): Failed unless it is
+    Failed already or Ready at its generation."""
     if tenant.status.phase == Phase.FAILED:
         return False
     if tenant.ready_at_generation():

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from functions.check_ready import RENEW_AFTER_POLLS, Poll, poll_verdict
+from functions.check_ready import Poll, poll_verdict
 from shared.errors import ProvisionTimeout
+from shared.events import RENEW_AFTER_POLLS
 from shared.settings import Settings
 from shared.tenant import Tenant
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cloudevents.core.base import BaseCloudEvent
 
-from functions.dead_letter import failure_reason
+from functions.dead_letter import failed_step, failure_reason
 from shared import events, timing
 from shared.errors import Conflict, NotReadyYet, PermanentError, TemporaryError
 from shared.http import MAX_BODY_BYTES, Step, function_app
@@ -167,7 +167,8 @@ def test_dead_letter_reason_decodes_the_function_answer() -> None:
     }
     from cloudevents.core.v1.event import CloudEvent
 
-    reason = failure_reason(CloudEvent(attributes=attrs, data=event.get_data()))
+    dead = CloudEvent(attributes=attrs, data=event.get_data())
+    reason = failure_reason(dead, failed_step(dead))
     assert reason == (
         "io.kubeopera.tenant.provisioning could not be delivered to tenant-check-ready: "
         "last answer 503: waiting for vcluster"

@@ -795,7 +795,7 @@ def test_cleanup_renews_an_event_polled_long_enough(kube: FakeKube, helm: FakeHe
     obj = deleted(kube, "bob-dev")
     with pytest.raises(NotReadyYet):
         run_cleanup(kube, helm, api, obj)
-    budget = cleanup.RENEW_AFTER_POLLS * SETTINGS.cleanup_poll_seconds
+    budget = events.RENEW_AFTER_POLLS * SETTINGS.cleanup_poll_seconds
     sent = events.make(events.CLEANUP, "resync", ref_of(obj))
     old = CloudEvent(
         attributes=sent.get_attributes() | {"time": datetime.now(UTC) - timedelta(seconds=budget + 1)},
@@ -1146,7 +1146,7 @@ def test_check_ready_ignores_a_tenant_not_provisioning_or_being_deleted(
 
 def test_check_ready_renews_an_event_polled_long_enough(kube: FakeKube, helm: FakeHelm) -> None:
     obj = provision(kube, helm)
-    budget = check_ready.RENEW_AFTER_POLLS * SETTINGS.ready_poll_seconds
+    budget = events.RENEW_AFTER_POLLS * SETTINGS.ready_poll_seconds
     started = parse_time(live(kube).status.last_synced_at)
     assert started is not None
     now = started + timedelta(seconds=budget + 1)
