@@ -22,6 +22,7 @@ from testbed.node import Node
 from testbed.processes import ProcessError
 
 CONTAINER = "function"
+FOLDER = "pod-logs"  # under the cluster's run folder
 
 
 def _started(pod: dict[str, Any]) -> bool:
@@ -38,7 +39,9 @@ class PodLogs:
     namespace: str
     services: Sequence[str]
     out_dir: Path
-    interval: float = 1.0
+    # A pod lives at least the autoscaler's windows (30 s here), and `kubectl logs -f` prints its
+    # log from the start whenever it begins: a look every few seconds misses nothing.
+    interval: float = 3.0
     _followed: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None

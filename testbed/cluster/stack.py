@@ -45,8 +45,7 @@ from typing import Any
 import yaml
 
 from shared.naming import DEFAULT_TENANT_NAMESPACE
-from testbed.cluster import release
-from testbed.cluster.podlogs import PodLogs
+from testbed.cluster import podlogs, release
 from testbed.controlplane import pki
 from testbed.images import build_all
 from testbed.knative.oidc import broker_audience
@@ -132,7 +131,7 @@ class ClusterStack:
     @property
     def pod_logs(self) -> Path:
         """Where the functions' pods' logs are kept (:class:`~testbed.cluster.podlogs.PodLogs`)."""
-        return self.run_dir / "pod-logs"
+        return self.run_dir / podlogs.FOLDER
 
     def cluster_ip(self, service: str, namespace: str) -> str:
         """A Service's ClusterIP: kube-proxy answers it from this machine as from a pod."""
@@ -258,7 +257,7 @@ def _bring_up(
             node.kubeconfig, options.vcluster_boot_seconds, api_port=free_port(), api_host=NODE_IP, endpoints=True
         )
     )
-    stack.enter_context(PodLogs(node, NAMESPACE, functions, run_dir / "pod-logs"))
+    stack.enter_context(podlogs.PodLogs(node, NAMESPACE, functions, run_dir / podlogs.FOLDER))
     return ClusterStack(
         node=node, tools=tools, registry=registry, chart_ref=chart_ref, api=api, functions=functions, run_dir=run_dir
     )

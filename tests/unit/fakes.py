@@ -35,6 +35,8 @@ from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
 from shared.rbac import Role, RoleBinding
 from shared.release import DEPLOYED, PENDING_STATES, RECORD_TYPE, ReleaseState, SecretMeta, record_name
+from shared.runtime import Runtime
+from shared.settings import Settings
 from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 
 TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE
@@ -703,3 +705,21 @@ class FakeKubeoperaApi:
     def report(self, update: CloudSpaceUpdate) -> CallbackResult:
         self.reports.append(update)
         return self.result
+
+
+def fake_runtime(
+    kube: FakeKube,
+    helm: FakeHelm,
+    api: FakeKubeoperaApi,
+    settings: Settings | None = None,
+    sink: FakeSink | None = None,
+) -> Runtime:
+    """A ``Runtime`` of the stand-ins above (what a test gives a function's ``create_app``)."""
+    return Runtime(
+        settings=settings or Settings(),
+        kube=kube,
+        helm=helm,
+        kubeopera_api=api,
+        sink=sink or FakeSink(kube),
+        vcluster_api=FakeVClusterApi(),
+    )

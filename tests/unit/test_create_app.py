@@ -38,6 +38,7 @@ from .fakes import (
     FakeVClusterApi,
     apiserver_event,
     deliver,
+    fake_runtime,
     ref_of,
     step_event,
     tenant_object,
@@ -71,14 +72,7 @@ def poisoned_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 
 def stand_ins(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi, sink: FakeSink | None = None) -> Runtime:
-    return Runtime(
-        settings=SETTINGS,
-        kube=kube,
-        helm=helm,
-        kubeopera_api=api,
-        sink=sink or FakeSink(kube),
-        vcluster_api=FakeVClusterApi(),
-    )
+    return fake_runtime(kube, helm, api, SETTINGS, sink)
 
 
 def reply(response: TestResponse) -> BaseCloudEvent:

@@ -17,8 +17,6 @@ from cloudevents.core.v1.event import CloudEvent
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, router, store_kubeconfig
 from shared import events, lifecycle
-from shared.runtime import Runtime
-from shared.settings import Settings
 from shared.tenant import FINALIZER, Tenant
 
 from .fakes import (
@@ -26,10 +24,9 @@ from .fakes import (
     FakeHelm,
     FakeKube,
     FakeKubeoperaApi,
-    FakeSink,
-    FakeVClusterApi,
     apiserver_event,
     deliver,
+    fake_runtime,
     ref_of,
     tenant_object,
 )
@@ -169,17 +166,6 @@ def test_every_step_has_its_function_module_service_account_and_trigger() -> Non
 # A Tenant's whole life, each of the pipeline's writes echoed back -------------------------------
 
 
-def stand_ins(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> Runtime:
-    return Runtime(
-        settings=Settings(),
-        kube=kube,
-        helm=helm,
-        kubeopera_api=api,
-        sink=FakeSink(kube),
-        vcluster_api=FakeVClusterApi(),
-    )
-
-
 def answered(response: Any) -> BaseCloudEvent | None:
     assert response.status_code in (200, 204), response.json
     return events.parse(dict(response.headers), response.data) if response.status_code == 200 else None
@@ -188,7 +174,7 @@ def answered(response: Any) -> BaseCloudEvent | None:
 def test_a_tenants_life_sends_install_once_and_cleanup_once(
     kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
-    runtime = stand_ins(kube, helm, api)
+    runtime = fake_runtime(kube, helm, api)
     apps = {
         events.INSTALL: install.create_app(runtime),
         events.PROVISIONING: check_ready.create_app(runtime),
@@ -246,7 +232,8 @@ def test_the_routers_dead_letter_fails_no_tenant(kube: FakeKube, helm: FakeHelm)
         "knativeerrordest": f"http://tenant-router.{TENANT_NAMESPACE}.svc.cluster.local",
         "knativeerrorcode": "503",
     }
-    response = deliver(dead_letter.create_app(stand_ins(kube, helm, FakeKubeoperaApi())), CloudEvent(attributes, obj))
+    app = dead_letter.create_app(fake_runtime(kube, helm, FakeKubeoperaApi()))
+    response = deliver(app, CloudEvent(attributes, obj))
     assert response.status_code == 204
     assert kube.journal == []
 
