@@ -37,7 +37,8 @@ and the pass runs again.
 
 Each pass also counts the Ready Tenants whose exported kubeconfig's client certificate expires
 within 30 days (``kubeopera_tenant_kubeconfigs_expiring``, with the seconds to the soonest; alert
-``KubeoperaTenantKubeconfigExpiring``), from the Secret it reads anyway (``shared.certificates``).
+``KubeoperaTenantKubeconfigExpiring``), from the Secret it reads anyway (``shared.certificates``),
+and logs a warning naming each of them: ``kubeopera-tenants rotate`` re-issues its certificates.
 """
 
 from __future__ import annotations
@@ -195,6 +196,12 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
         counts[action.name] = counts.get(action.name, 0) + 1
     count_phases(tenants)
     count_expiring([d.expires for d in drifts.values() if d.expires is not None], moment)
+    for key, drift in sorted(drifts.items()):
+        if drift.expires is not None and certificates.expiring([drift.expires], moment):
+            log.warning(
+                "kubeconfig's client certificate expires soon; run kubeopera-tenants rotate",
+                extra={"tenant": key, "expires": rfc3339(drift.expires)},
+            )
     log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
     return counts
 

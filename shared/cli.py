@@ -2,7 +2,9 @@
 
 ``status`` lists Tenants as ``kubectl get`` would, with the last message; ``retry`` is the
 runbook's manual step, patching a Failed Tenant's phase back to Pending so that install starts
-over. Both take ``--kubeconfig`` (or the usual ``KUBECONFIG``).
+over; ``rotate`` has a Ready Tenant's vCluster issue new certificates and waits until the new
+kubeconfig is stored and announced (``shared.rotation``). All take ``--kubeconfig`` (or the usual
+``KUBECONFIG``).
 
 Other distributions add commands through the entry-point group ``kubeopera_tenants.commands``:
 each entry point is a callable that adds one subcommand to the parser it is given and sets
@@ -23,6 +25,7 @@ from typing import Any
 from shared.errors import Conflict, TenantError
 from shared.kube import Kube
 from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.rotation import RotationError, rotate
 from shared.tenant import Phase, StatusUpdate, Tenant, parse_time, rfc3339, utcnow
 
 COMMANDS_GROUP = "kubeopera_tenants.commands"
@@ -92,9 +95,13 @@ def _on_cluster(args: argparse.Namespace) -> int:
         if args.command == "status":
             namespace = None if args.all_namespaces else args.namespace
             print(status_table(kube.list_tenant_objects(namespace), datetime.now(UTC)))
+        elif args.command == "rotate":
+            ref = f"{args.namespace}/{args.name}"
+            print(f"rotating the certificates of tenant {ref}; waiting up to {args.timeout:.0f}s", flush=True)
+            print(rotate(kube, args.namespace, args.name, args.timeout))
         else:
             print(retry(kube, args.namespace, args.name))
-    except TenantError as err:
+    except (TenantError, RotationError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except SystemExit as err:
@@ -112,10 +119,19 @@ def parser() -> argparse.ArgumentParser:
     for name, text in (
         ("status", "list Tenants with phase, vCluster, age and the last message"),
         ("retry", "patch a Failed Tenant's phase to Pending so it is provisioned again"),
+        (
+            "rotate",
+            "have a Ready Tenant's vCluster issue new certificates (the old kubeconfig stops working); "
+            "wait until the new kubeconfig is stored and kubeopera-api is told",
+        ),
     ):
         cmd = sub.add_parser(name, help=text, description=text)
-        if name == "retry":
+        if name in ("retry", "rotate"):
             cmd.add_argument("name", help="the Tenant's name")
+        if name == "rotate":
+            cmd.add_argument(
+                "--timeout", type=float, default=600.0, metavar="SECONDS", help="how long to wait (default 600)"
+            )
         cmd.add_argument("--kubeconfig", type=Path, metavar="PATH", help="defaults to $KUBECONFIG or ~/.kube/config")
         cmd.add_argument(
             "-n", "--namespace", default=DEFAULT_TENANT_NAMESPACE, help=f"default {DEFAULT_TENANT_NAMESPACE}"

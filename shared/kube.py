@@ -73,6 +73,8 @@ class Volume:
     resource_version: str
 
 
+# The pod-template annotation ``kubectl rollout restart`` sets: its change rolls the pods.
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 # The conditions the namespace controller sets on a namespace it is deleting, True while it waits.
 NAMESPACE_DELETION_CONDITIONS = (
     "NamespaceContentRemaining",
@@ -358,6 +360,18 @@ class Kube:
             ready_replicas=int(status.ready_replicas or 0) if status else 0,
             updated_replicas=int(status.updated_replicas or 0) if status else 0,
         )
+
+    def restart_rollout(self, namespace: str, name: str, at: str) -> int | None:
+        """Restart StatefulSet ``name``'s pods as ``kubectl rollout restart`` does (the pod
+        template's ``kubectl.kubernetes.io/restartedAt`` set to ``at``: a new generation, whose pods
+        replace the old); return that generation, None if there is no such StatefulSet. Helm's
+        three-way merge keeps the annotation on later upgrades."""
+        body = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: at}}}}}
+        sts = _found_or_none(
+            f"restart statefulset {namespace}/{name}",
+            lambda: self._apps.patch_namespaced_stateful_set(name, namespace, body),
+        )
+        return None if sts is None else int(sts.metadata.generation or 0)
 
     # Leases -------------------------------------------------------------------------------
 

@@ -8,13 +8,20 @@ system observes of a booted vCluster, for every StatefulSet labelled ``app=vclus
   or an upgrade that changed the pod template), it writes the StatefulSet's status as the
   StatefulSet controller and the kubelet would once that generation's pod is ready
   (``observedGeneration``, ``replicas``, ``readyReplicas``, ``updatedReplicas``, revisions);
+- each boot takes the vCluster's certificates from Secret ``<release>-certs`` (keys ``ca.crt``,
+  ``ca.key``, ``admin.conf``), or, when there is none, makes a new CA and a ``system:masters``
+  client certificate of it, both valid for 10 years, and creates that Secret: what vcluster
+  0.21.2's ``EnsureCerts`` does, whose certificate folder ``/pki`` is an emptyDir, so the Secret is
+  the only copy (owned by the vCluster's Service, as ``experimental.syncSettings.setOwner`` says by
+  default: helm's uninstall takes it along). A pod keeps the certificates it booted with;
+  deleting the Secret changes nothing until the next boot, which then issues new ones
+  (``kubeopera-tenants rotate``);
 - then it writes Secret ``vc-<release>`` into the release namespace, with key ``config`` holding
   the kubeconfig vcluster 0.21 exports (plus ``certificate-authority``, ``client-certificate`` and
   ``client-key``): the server is ``exportKubeConfig.server`` from the release's values, or
-  vcluster's default ``https://localhost:8443``; the CA is the vCluster's own, made at its first
-  boot and kept for its life (as on the real one's PVC), and the user a ``system:masters`` client
-  certificate of that CA valid for 10 years. The values are read from helm's own record of the
-  deployed release (Secret ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON);
+  vcluster's default ``https://localhost:8443``, with that CA and client certificate. The values
+  are read from helm's own record of the deployed release (Secret
+  ``sh.helm.release.v1.<release>.v<revision>``: base64 of gzipped JSON);
 - and its API answers through that kubeconfig (:mod:`testbed.standins.vcluster_api`): TLS with
   the real chart's certificate names (``<release>``, ``<release>.<namespace>``, ``localhost``,
   the Service's cluster IP, and ``controlPlane.proxy.extraSANs``), ``/readyz``, and the
@@ -27,7 +34,8 @@ It refuses to boot where the real vcluster 0.21.2 does not: its syncer gives the
 server allocates it from the values' ``serviceCIDR``. Without one, the syncer's detection fails on
 an API server of 1.33+ and falls back to 10.96.0.0/12. When the host's IP is outside that range
 the real syncer crash-loops; so does this stand-in: it logs the syncer's two messages once per
-generation and never reports the StatefulSet ready nor writes its Secret. Like the real one, a
+generation and never reports the StatefulSet ready nor writes its Secret (its certificates are
+made before that, as the real one's are). Like the real one, a
 vCluster that crashed so keeps the wrong range: a later generation with the right ``serviceCIDR``
 boots, but its API has no ``kubernetes`` Service and no cluster DNS.
 
@@ -52,6 +60,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -77,6 +86,9 @@ SELECTOR = "app=vcluster"  # the chart's StatefulSet
 TEN_YEARS = timedelta(days=3650)  # what vcluster 0.21.2 gives its CA and the exported client certificate
 ADMIN_USER, ADMIN_GROUP = "kube-admin", "system:masters"
 ENDPOINTS_MANAGER = "vcluster-standin.kubeopera.io"  # endpointslice.kubernetes.io/managed-by
+# Secret <release>-certs: vcluster's names for the files of its certificate folder, and its labels.
+CA_CERT_KEY, CA_KEY_KEY, ADMIN_CONF_KEY = "ca.crt", "ca.key", "admin.conf"
+ADMIN_CONF_SERVER = "https://127.0.0.1:6443"  # the server vcluster writes into admin.conf
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,7 @@ class Faults:
 
 @dataclass(frozen=True)
 class Identity:
-    """What a vCluster makes at its first boot and keeps on its PVC: its CA and the admin credential."""
+    """A vCluster's certificates: its CA and the admin credential it exports."""
 
     ca: pki.CertificateAuthority
     admin: pki.CertKey
@@ -104,12 +116,31 @@ class Identity:
         ca = pki.new_ca(f"vcluster-ca-{release}", validity=TEN_YEARS)
         return cls(ca, ca.issue_client(ADMIN_USER, [ADMIN_GROUP], validity=TEN_YEARS))
 
+    def to_secret_data(self) -> dict[str, bytes]:
+        """The keys of Secret ``<release>-certs`` this stand-in reads back (of the real one's many)."""
+        admin = kubeconfig_for(ADMIN_CONF_SERVER, self, context="kubernetes-admin")
+        return {CA_CERT_KEY: self.ca.cert_pem, CA_KEY_KEY: self.ca.key_pem, ADMIN_CONF_KEY: admin}
+
+    @classmethod
+    def from_secret_data(cls, data: Mapping[str, bytes]) -> Identity:
+        user = yaml.safe_load(data[ADMIN_CONF_KEY])["users"][0]["user"]
+        admin = pki.CertKey(
+            base64.b64decode(user["client-certificate-data"]), base64.b64decode(user["client-key-data"])
+        )
+        return cls(pki.CertificateAuthority(data[CA_CERT_KEY], data[CA_KEY_KEY]), admin)
+
+
+def certs_secret(release: str) -> str:
+    """vcluster's ``CertSecretName``: where it keeps its certificates."""
+    return f"{release}-certs"
+
 
 @dataclass
 class _Life:
-    """One StatefulSet's life (its uid): its identity and the Service range its first boot kept."""
+    """One StatefulSet's life (its uid): the certificates its running pod booted with, and the
+    Service range its first boot kept (on its PVC)."""
 
-    identity: Identity
+    identity: Identity | None = None
     wrong_range: bool = False
     booted: set[int] = field(default_factory=set)
 
@@ -296,7 +327,8 @@ class VClusterStandIn:
         service = self._core.read_namespaced_service(release, namespace)
         host_ip = str(service.spec.cluster_ip)
         uid = str(sts.metadata.uid)
-        life = self._lives.setdefault(uid, _Life(Identity.new(release)))
+        life = self._lives.setdefault(uid, _Life())
+        life.identity = self._certificates(namespace, release, service, values)
         refusal = boot_refusal(values, host_ip)
         if refusal:
             life.wrong_range = True  # the first boot's range is on the PVC from now on
@@ -322,6 +354,7 @@ class VClusterStandIn:
         self._serve(namespace, release, values, host_ip, life)
         server = exported_server(values)
         identity = life.identity
+        assert identity is not None
         data = {
             "config": kubeconfig_for(server, identity),
             "certificate-authority": identity.ca.cert_pem,
@@ -339,9 +372,37 @@ class VClusterStandIn:
             )
         return server
 
+    def _certificates(self, namespace: str, release: str, service: Any, values: dict[str, Any]) -> Identity:
+        """What a booting pod's ``EnsureCerts`` ends with: the certificates of Secret
+        ``<release>-certs``, or new ones, stored there first (the pod's /pki is an emptyDir). With
+        ``experimental.syncSettings.setOwner`` (true by default) the Secret is owned by the
+        vCluster's Service, so it goes when helm uninstalls the release."""
+        name = certs_secret(release)
+        stored = self._kube.get_secret(namespace, name)
+        if stored is not None:
+            return Identity.from_secret_data(stored.data)
+        identity = Identity.new(release)
+        sync = ((values.get("experimental") or {}).get("syncSettings") or {}) if isinstance(values, dict) else {}
+        owners = []
+        if sync.get("setOwner", True):
+            owners = [k8s.V1OwnerReference(api_version="v1", kind="Service", name=release, uid=service.metadata.uid)]
+        body = k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                labels={"app": "vcluster", "vcluster-name": release},
+                owner_references=owners or None,
+            ),
+            type="Opaque",
+            data={k: base64.b64encode(v).decode() for k, v in identity.to_secret_data().items()},
+        )
+        self._core.create_namespaced_secret(namespace, body)
+        log.info("certificates made", extra={"namespace": namespace, "secret": name})
+        return identity
+
     def _serve(self, namespace: str, release: str, values: dict[str, Any], host_ip: str, life: _Life) -> None:
         """Publish the vCluster's API (and, on the cluster tier, point its Service at it)."""
-        if self._api is None:
+        if self._api is None or life.identity is None:
             return
         names = serving_names(release, namespace, {} if self._faults.matches("short_names", release) else values)
         serving = life.identity.ca.issue_serving(names, [host_ip, "127.0.0.1"], validity=TEN_YEARS)

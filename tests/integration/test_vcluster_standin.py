@@ -6,11 +6,13 @@ v1.34 host, it never boots without the host's Service range in ``serviceCIDR``, 
 that does not hold the cluster IP the host gave its Service. Its API answers check-ready's probe
 (shared.vcluster_api) through the exported kubeconfig over TLS, and fails it where the real one
 would: down, a certificate without the asked name, another vCluster's credentials, and a range kept
-from a first boot that crashed."""
+from a first boot that crashed. Its certificates live in Secret ``<release>-certs``, as the real
+one's do: a restart without that Secret issues new ones."""
 
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -249,3 +251,63 @@ def test_a_vcluster_that_first_booted_with_the_wrong_range_works_nowhere_after_t
         f"the vCluster's API at https://vc-kept.{test_namespace}.svc:443: Service default/kubernetes does not exist "
         "(GET /api/v1/namespaces/default/services/kubernetes answered 404)"
     )
+
+
+def test_a_restart_without_the_certificates_secret_issues_new_ones_and_the_old_are_refused(
+    helm: Helm,
+    kube_admin_kubeconfig: Path,
+    kube: Kube,
+    test_namespace: str,
+    api_server: VirtualApiServer,
+    cluster_network: ServiceProxy,
+) -> None:
+    """vcluster 0.21.2 keeps its certificates in Secret ``<release>-certs`` (its /pki is an
+    emptyDir): a restart reads them back, deleting the Secret alone changes nothing, and a restart
+    without it makes a new CA, whose kubeconfig works while the old one's credentials are refused
+    (what ``kubeopera-tenants rotate`` relies on)."""
+    helm.install_or_upgrade("vc-rot", test_namespace, values_for("vc-rot", test_namespace))
+    standin = VClusterStandIn.connect(kube_admin_kubeconfig, boot_seconds=0, api=api_server)
+    standin.step(now=1000.0)
+    first = kube.read_secret_key(test_namespace, "vc-vc-rot", "config")
+    certs = kube.get_secret(test_namespace, "vc-rot-certs")
+    assert first is not None and certs is not None
+    assert certs.labels == {"app": "vcluster", "vcluster-name": "vc-rot"}
+    assert {"ca.crt", "ca.key", "admin.conf"} <= set(certs.data)
+    assert VClusterApi().missing(first) is None
+
+    generation = kube.restart_rollout(test_namespace, "vc-rot", "2026-12-02T19:00:00Z")
+    assert generation == 2
+    assert [w for w in standin.step(now=1001.0) if w.startswith(f"{test_namespace}/")] == [
+        f"{test_namespace}/vc-vc-rot"
+    ]
+    assert kube.read_secret_key(test_namespace, "vc-vc-rot", "config") == first  # the Secret's certificates
+    assert VClusterApi().missing(first) is None
+
+    kube.delete_secret(test_namespace, "vc-rot-certs", certs.resource_version)
+    standin.step(now=1002.0)
+    assert VClusterApi().missing(first) is None  # the running pod keeps what it booted with
+
+    kube.restart_rollout(test_namespace, "vc-rot", "2026-12-02T19:01:00Z")
+    standin.step(now=1003.0)
+    second = kube.read_secret_key(test_namespace, "vc-vc-rot", "config")
+    assert second is not None and second != first
+    remade = kube.get_secret(test_namespace, "vc-rot-certs")
+    assert remade is not None and remade.data["ca.crt"] != certs.data["ca.crt"]
+    assert VClusterApi().missing(second) is None
+
+    # The old kubeconfig no longer vouches for the server ...
+    assert "certificate verify failed" in (VClusterApi().missing(first) or "")
+    # ... and the old client certificate, presented to the new server it trusts, is refused by it.
+    old_user = yaml.safe_load(first)["users"][0]["user"]
+    mixed = yaml.safe_load(second)
+    mixed["users"][0]["user"] = old_user
+    refused = VClusterApi().missing(yaml.safe_dump(mixed).encode()) or ""
+    assert "cannot be reached with the stored kubeconfig: TLS: " in refused, refused
+
+    # The Secret is owned by the vCluster's Service (setOwner, true by default): helm's uninstall,
+    # which deletes the Service, takes it along through the garbage collector.
+    assert helm.uninstall("vc-rot", test_namespace)
+    deadline = time.monotonic() + 60
+    while kube.get_secret(test_namespace, "vc-rot-certs") is not None:
+        assert time.monotonic() < deadline, "vc-rot-certs outlived its Service by 60 s"
+        time.sleep(0.5)

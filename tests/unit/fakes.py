@@ -366,6 +366,17 @@ class FakeKube:
         _tally(self.calls, "get_rollout")
         return self.rollouts.get((namespace, name))
 
+    def restart_rollout(self, namespace: str, name: str, at: str) -> int | None:
+        """A new generation of the pod template; its controller has not rolled it out yet."""
+        _tally(self.calls, "restart_rollout")
+        current = self.rollouts.get((namespace, name))
+        if current is None:
+            return None
+        self._write("statefulset restart", f"{namespace}/{name}")
+        generation = current.generation + 1
+        self.rollouts[(namespace, name)] = dataclasses.replace(current, generation=generation)
+        return generation
+
     def volumes_claimed_in(self, namespace: str) -> list[Volume]:
         _tally(self.calls, "volumes_claimed_in")
         return [v for v in self.volumes.values() if v.claim.startswith(f"{namespace}/")]

@@ -867,8 +867,8 @@ def kubeconfig_expiring_in(days: int) -> bytes:
     return kubeconfig_for("https://vc-x.vcluster-x.svc:443", Identity(ca, admin))
 
 
-def test_a_pass_counts_the_kubeconfigs_that_expire_within_30_days(
-    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+def test_a_pass_counts_the_kubeconfigs_that_expire_within_30_days_and_names_them(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, caplog: pytest.LogCaptureFixture
 ) -> None:
     lifetimes = {"bob-dev": (CS_BOB, 10), "carol": (CS_CAROL, 400), "dave": (CS_DAVE, 29)}
     for name, (cs, days) in lifetimes.items():
@@ -883,6 +883,12 @@ def test_a_pass_counts_the_kubeconfigs_that_expire_within_30_days(
     soonest = REGISTRY.get_sample_value("kubeopera_tenant_kubeconfig_soonest_expiry_seconds")
     assert soonest is not None and 9 * 86400 < soonest < 10 * 86400 + 3600
     assert sink.sent == []  # counting is all: nothing re-driven for it
+    named = [
+        getattr(r, "tenant", None)
+        for r in caplog.records
+        if r.getMessage() == "kubeconfig's client certificate expires soon; run kubeopera-tenants rotate"
+    ]
+    assert named == [f"{TENANT_NAMESPACE}/bob-dev", f"{TENANT_NAMESPACE}/dave"]
 
 
 def test_a_kubeconfig_without_a_readable_certificate_is_not_counted() -> None:
