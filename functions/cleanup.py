@@ -194,7 +194,7 @@ def _uninstall(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> No
     # namespace (shared.access); a refusal is a helm failure, temporary like all of them.
     try:
         claims.check_history(kube, tenant)
-        with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
+        with release_lease(kube, names.namespace, names.release):
             helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
     except NamespaceTerminating:
         log.info("namespace deletion already started (by another delivery); no uninstall needed")

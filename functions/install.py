@@ -125,7 +125,7 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         present = {o for _, o in kube.list_policy_objects(names.namespace)}
         return not set(policy_objects(names.release)) <= present
 
-    with release_lease(kube, names.namespace, names.release, settings.stuck_release_seconds):
+    with release_lease(kube, names.namespace, names.release):
         # Another delivery (another pod's, or one that finished while this one read) may have
         # provisioned this generation while this one waited: then helm has nothing to do.
         fresh = live_tenant(kube, tenant.ref)

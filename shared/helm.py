@@ -17,8 +17,14 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
   ``stuck_after`` seconds is recovered before the new operation: a pending install is uninstalled
   (and installed again), a pending upgrade or rollback is rolled back to the revision before it
   (and upgraded again). A younger one is "another operation in progress": temporary.
+- **A deadline.** Every helm process runs under coreutils' ``timeout``: TERM after ``deadline``
+  seconds, KILL ``HELM_KILL_AFTER_SECONDS`` later (a wrapper script, since pyhelm3 takes one
+  executable path; cancelling pyhelm3's call would stop only its shell, design.md section 5). A
+  helm stopped so is a temporary error; the release it may leave pending is recovered as a stuck
+  one, and ``stuck_after`` is above the longest a helm can live.
 - **Errors by kind.** A schema or render failure and a missing chart are permanent; a
-  connection failure, a release busy in another operation and anything unknown are temporary.
+  connection failure, a release busy in another operation, a helm stopped at its deadline and
+  anything unknown are temporary.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import shlex
 import shutil
 import threading
 import time
@@ -42,6 +50,7 @@ from pyhelm3 import errors as helm_errors
 from shared import metrics, timing, tracing
 from shared.errors import PermanentError, TemporaryError
 from shared.release import ReleaseState
+from shared.settings import HELM_KILL_AFTER_SECONDS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,9 +64,37 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+# What coreutils' ``timeout --verbose`` writes to stderr when it stops its command at the deadline
+# (its exit status alone, 124 or 137, cannot tell that from a helm killed by something else).
+STOPPED_AT_DEADLINE = b"timeout: sending signal "
+
+
+def deadline_wrapper(executable: str, deadline: float, folder: Path) -> Path:
+    """An executable in ``folder`` that runs ``executable`` with its arguments under ``timeout``
+    (written whole, then renamed into place: processes that share the folder never run half a file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wrapper = folder / "helm-with-deadline"
+    staging = folder / f".helm-with-deadline.{os.getpid()}"
+    staging.write_text(
+        "#!/bin/sh\n"
+        "# helm, stopped at its deadline: TERM, then KILL (shared/helm.py)\n"
+        f"exec timeout --verbose --kill-after={HELM_KILL_AFTER_SECONDS} {deadline:g} "
+        f'{shlex.quote(executable)} "$@"\n'
+    )
+    staging.chmod(0o755)
+    staging.replace(wrapper)
+    return wrapper
+
+
 def _classify(what: str, err: helm_errors.Error) -> Exception:
     text = (err.stderr or b"").decode(errors="replace").strip()
     detail = text.splitlines()[-1] if text else type(err).__name__
+    if STOPPED_AT_DEADLINE in (err.stderr or b""):
+        return TemporaryError(
+            f"{what}: helm did not finish within HELM_DEADLINE_SECONDS and was stopped ({detail}); "
+            "a release it left pending is recovered after STUCK_RELEASE_SECONDS",
+            retry_after=5,
+        )
     if "values don't meet the specifications of the schema" in text or isinstance(
         err, helm_errors.FailedToRenderChartError
     ):
@@ -81,11 +118,14 @@ class Helm:
         executable: str = "helm",
         kubeconfig: Path | None = None,
         stuck_after: float = 180.0,
+        deadline: float | None = None,
     ) -> None:
         self._chart_ref = chart_ref
         self._stuck_after = stuck_after
         self._chart_version = chart_version
         self._cache_dir = chart_cache_dir
+        if deadline is not None:
+            executable = str(deadline_wrapper(executable, deadline, chart_cache_dir.parent / "bin"))
         self._client = pyhelm3.Client(executable=executable, kubeconfig=kubeconfig, default_timeout="5m")
         self._chart: Any = None
         self._chart_lock = threading.Lock()

@@ -77,6 +77,7 @@ class Runtime:
             self.settings.chart_cache_dir,
             executable=self.settings.helm_executable,
             stuck_after=self.settings.stuck_release_seconds,
+            deadline=self.settings.helm_deadline_seconds,
         )
 
     def kubeopera_api_client(self) -> KubeoperaApi:

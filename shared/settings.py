@@ -13,7 +13,7 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlparse
 
 from shared import service_range
@@ -27,6 +27,9 @@ from shared.values import DISTROS
 # polls, which keeps the timeout honest, would be wrong).
 RETRY_AFTER_MAX_SECONDS = 15
 
+# After HELM_DEADLINE_SECONDS helm gets TERM (it cancels its context and stops at once); KILL
+# follows this much later, for a helm that does not.
+HELM_KILL_AFTER_SECONDS: Final = 2
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$")
@@ -50,7 +53,11 @@ class Settings:
     # CLEANUP_STALL_SECONDS: cleanup gives up (Failed, CleanupFailed) only when nothing of the
     # deletion has moved for this long, saying what is stuck; a slow deletion that moves is waited for.
     cleanup_stall_seconds: int = 300
+    # STUCK_RELEASE_SECONDS: a release pending longer than this was left by a helm that is no more
+    # (helm runs at most HELM_DEADLINE_SECONDS + HELM_KILL_AFTER_SECONDS), and is recovered.
     stuck_release_seconds: int = 180
+    # HELM_DEADLINE_SECONDS: a helm process still running after this is stopped (TERM, then KILL).
+    helm_deadline_seconds: int = 120
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
     sink_url: str = ""  # K_SINK: where a function sends events of its own (resync; SinkBinding sets it)
@@ -109,6 +116,13 @@ class Settings:
         namespace = get("TENANT_NAMESPACE", defaults.tenant_namespace)
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
             raise ConfigError(f"TENANT_NAMESPACE must be a namespace name, got {namespace!r}")
+        stuck = _positive_int(env, "STUCK_RELEASE_SECONDS", defaults.stuck_release_seconds)
+        deadline = _positive_int(env, "HELM_DEADLINE_SECONDS", defaults.helm_deadline_seconds)
+        if stuck <= deadline + HELM_KILL_AFTER_SECONDS:
+            raise ConfigError(
+                f"STUCK_RELEASE_SECONDS ({stuck}) must exceed HELM_DEADLINE_SECONDS ({deadline}) + "
+                f"{HELM_KILL_AFTER_SECONDS}: a release pending for less than that may still have its helm running"
+            )
         return cls(
             kubeopera_api_base_url=base_url,
             internal_service_token=env.get("INTERNAL_SERVICE_TOKEN", "").strip(),
@@ -126,7 +140,8 @@ class Settings:
             ready_poll_seconds=_poll(env, "READY_POLL_SECONDS", defaults.ready_poll_seconds),
             cleanup_poll_seconds=_poll(env, "CLEANUP_POLL_SECONDS", defaults.cleanup_poll_seconds),
             cleanup_stall_seconds=_positive_int(env, "CLEANUP_STALL_SECONDS", defaults.cleanup_stall_seconds),
-            stuck_release_seconds=_positive_int(env, "STUCK_RELEASE_SECONDS", defaults.stuck_release_seconds),
+            stuck_release_seconds=stuck,
+            helm_deadline_seconds=deadline,
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
             sink_url=get("K_SINK", defaults.sink_url),

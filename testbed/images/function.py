@@ -38,7 +38,9 @@ stage's ENV, USER, WORKDIR, EXPOSE and ENTRYPOINT; tests/deploy checks the two a
   install on this interpreter (markers evaluated here, extras followed).
 - Console scripts (``/usr/local/bin/gunicorn``...) start with ``#!/usr/local/bin/python3.11``;
   their RECORD lines are updated to match (:mod:`.distributions`).
-- helm (the test bed's, :attr:`testbed.toolchain.Toolchain.helm`) at ``/usr/local/bin/helm``.
+- helm (the test bed's, :attr:`testbed.toolchain.Toolchain.helm`) at ``/usr/local/bin/helm``, and
+  coreutils' ``timeout`` at ``/usr/bin/timeout``, as python:3.11-slim has it (every helm runs
+  under it: ``HELM_DEADLINE_SECONDS``, :mod:`shared.helm`).
 - ``/etc/passwd`` and ``/etc/group`` with root and ``app`` (65532), ``/etc/nsswitch.conf``, the
   CA bundle (and OpenSSL's ``cert.pem``/``certs`` links to it, as Debian has them), ``/tmp``
   (1777), ``/home/app`` and ``/var/lib/kubeopera/helm`` owned by 65532.
@@ -90,6 +92,7 @@ from testbed.images.wheel import REPO, build_wheel, install_wheel, source_files
 APP = Account("app", NONROOT_UID, "/home/app")
 APP_OWNER = Owner(APP.uid, APP.gid)
 HELM_HOME = "/var/lib/kubeopera/helm"
+TIMEOUT = "/usr/bin/timeout"  # coreutils', where python:3.11-slim has it
 # python:3.11-slim's PATH: Debian's with /usr/local/bin put in front once more.
 SLIM_PATH = "/usr/local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The environment of the Dockerfile's last stage: python:3.11-slim's PATH and LANG, then its ENV.
@@ -143,7 +146,7 @@ def function_rootfs(
     bytecode: bool = True,
 ) -> None:
     """Lay out the function image's root filesystem in the (empty) folder ``rootfs``."""
-    shell = Path("/bin/sh").resolve()
+    shell, timeout = Path("/bin/sh").resolve(), Path(TIMEOUT).resolve()
     copy_interpreter(interpreter, rootfs)
     install_wheel(wheel, rootfs)
     for dist in dependencies:
@@ -153,7 +156,8 @@ def function_rootfs(
         compile_bytecode(rootfs, interpreter)
     copy_file(rootfs, f"{PREFIX}/bin/helm", helm, 0o755)
     copy_file(rootfs, "/bin/sh", shell, 0o755)
-    copy_libraries(rootfs, interpreter, [shell])
+    copy_file(rootfs, TIMEOUT, timeout, 0o755)
+    copy_libraries(rootfs, interpreter, [shell, timeout])
     write_accounts(rootfs, (ROOT, APP))
     write_file(rootfs, "/etc/nsswitch.conf", NSSWITCH)
     add_ca_bundle(rootfs)
@@ -175,7 +179,8 @@ def function_inputs(
     for dist in dependencies:
         label = f"dependency:{canonicalize_name(dist.metadata['Name'])}=={dist.version}"
         inputs.append((label, (dist.read_text("RECORD") or "").encode()))
-    inputs += [("helm", helm), ("shell", Path("/bin/sh").resolve()), ("ca-bundle", HOST_CA_BUNDLE)]
+    inputs += [("helm", helm), ("shell", Path("/bin/sh").resolve()), ("timeout", Path(TIMEOUT).resolve())]
+    inputs += [("ca-bundle", HOST_CA_BUNDLE)]
     inputs += builder_sources(*BUILDER_MODULES)
     return inputs
 

@@ -128,6 +128,7 @@ def _function_env(
             "READY_POLL_SECONDS": str(options.ready_poll_seconds),
             "CLEANUP_POLL_SECONDS": str(options.cleanup_poll_seconds),
             "STUCK_RELEASE_SECONDS": str(options.stuck_release_seconds),
+            "HELM_DEADLINE_SECONDS": str(options.helm_deadline_seconds),
             "PROVISION_TIMEOUT_SECONDS": str(options.provision_timeout_seconds),
             "LOG_LEVEL": options.log_level,
             "GUNICORN_THREADS": "4",

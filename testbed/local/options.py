@@ -25,6 +25,7 @@ class StackOptions:
     # races with a tick nobody chose. ``kubeopera-tenants local`` runs it, as a cluster would.
     resync_schedule: bool = False
     stuck_release_seconds: int = 180
+    helm_deadline_seconds: int = 120  # HELM_DEADLINE_SECONDS; with the above, within Settings' rule
     provision_timeout_seconds: int = 600
     run_dir: Path | None = None
     log_level: str = "INFO"

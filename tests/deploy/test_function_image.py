@@ -7,7 +7,7 @@ deploy/base/services runs that entry point as that user.
 
 Integration (root only: it uses chroot): the image built for real, its layer unpacked as a
 container runtime would, and, as uid 65532 in a chroot of it, the interpreter, the packages,
-helm through ``/bin/sh`` (as pyhelm3 runs it), the writable folders, and each Service's start
+helm through ``/bin/sh`` and ``timeout`` (as ``shared.helm`` runs it), the writable folders, and each Service's start
 command serving ``/healthz`` and stopping on SIGTERM.
 """
 
@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from shared.helm import deadline_wrapper
 from testbed import toolchain
 from testbed.images import FUNCTION_IMAGE, build_function_image, extract_layer, function_image_config, read_image
 from testbed.images import function as fn
@@ -173,12 +174,14 @@ except PermissionError:
 @pytest.mark.integration
 def test_image_runs_the_packages_and_helm_as_the_app_user(image_root: Path) -> None:
     (image_root / "tmp" / "checks.py").write_text(CHECKS)
-    result = _in_image(image_root, "python3.11 /tmp/checks.py && gunicorn --version && helm version --short")
+    deadline_wrapper("helm", 60, image_root / "tmp" / "bin")  # as shared.helm makes it in the pod
+    checks = "python3.11 /tmp/checks.py && gunicorn --version && /tmp/bin/helm-with-deadline version --short"
+    result = _in_image(image_root, checks)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[:3] == ["/usr/local", "app /home/app", "root-owned files are read-only"], result.stdout
     assert lines[3].startswith("gunicorn (version 23."), result.stdout
-    assert lines[4] == toolchain.HELM_VERSION, "helm runs through /bin/sh, as pyhelm3 runs it"
+    assert lines[4] == toolchain.HELM_VERSION, "helm runs through /bin/sh and timeout, as shared.helm runs it"
     scripts = image_root / "usr" / "local" / "bin"
     assert (scripts / "gunicorn").read_text().startswith("#!/usr/local/bin/python3.11\n")
 

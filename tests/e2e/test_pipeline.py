@@ -38,8 +38,7 @@ from .support import (
     legacy_namespace,
     patch_tenant,
     phase_of,
-    ready_and_announced,
-    tenant_yaml,
+        tenant_yaml,
     wait_for,
 )
 
@@ -396,54 +395,6 @@ def test_failure_is_dead_lettered_to_failed_and_retry_provisions_it(
     assert rows[name][2] == "Ready"
 
 
-def test_rotate_issues_new_certificates_and_hands_them_over(
-    pipeline: Stack, kube: Kube, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`kubeopera-tenants rotate`: the vCluster's certificates Secret deleted, its StatefulSet
-    restarted, the Tenant through the pipeline again; the command returns once the new kubeconfig
-    is stored and kubeopera-api was told. Through the cluster network the new kubeconfig works and
-    the old credentials are refused, by the client (a CA that no longer vouches for the server) and
-    by the server (a client certificate of the old CA)."""
-    name, cs_id = "rita-rotated", "7c0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"
-    secret = f"tenant-{cs_id}-kubeconfig"
-    assert pipeline.api is not None
-    since = time.time()
-    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs_id))
-    ready_and_announced(kube, pipeline, name, since)
-    old = kube.read_secret_key(TENANT_NAMESPACE, secret, "kubeconfig")
-    assert old is not None
-    calls = [r for r in pipeline.api.requests() if r.path == f"/api/v1/cloudspaces/{cs_id}"]
-    kubeconfig = str(pipeline.admin_kubeconfig)
-
-    assert cli_main(["rotate", "nobody", "--kubeconfig", kubeconfig]) == 1
-    assert f"tenant {TENANT_NAMESPACE}/nobody not found" in capsys.readouterr().err
-
-    rotated_at = time.time()
-    assert cli_main(["rotate", name, "--kubeconfig", kubeconfig, "--timeout", "120"]) == 0
-    said = capsys.readouterr().out
-    assert f"tenant {TENANT_NAMESPACE}/{name}: new certificates issued (valid until " in said, said
-    assert said.rstrip().endswith(f"kubeconfig stored in Secret {TENANT_NAMESPACE}/{secret}, kubeopera-api told")
-    announced(pipeline, name, rotated_at)
-    assert len([r for r in pipeline.api.requests() if r.path == f"/api/v1/cloudspaces/{cs_id}"]) == len(calls) + 1
-
-    new = kube.read_secret_key(TENANT_NAMESPACE, secret, "kubeconfig")
-    assert new is not None and new != old
-    tenant = phase_of(kube, name, "Ready")
-    assert tenant is not None and tenant.status.is_true("CallbackDelivered", tenant.generation)
-    restarted = kube.get_rollout(f"vcluster-{name}", f"vc-{name}")
-    assert restarted is not None and restarted.generation == 2 and restarted.done
-
-    monkeypatch.setenv("HTTPS_PROXY", pipeline.proxy.url)  # the cluster's DNS and Service routing
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.delenv("no_proxy", raising=False)
-    assert VClusterApi().missing(new) is None
-    assert "certificate verify failed" in (VClusterApi().missing(old) or "")
-    mixed = yaml.safe_load(new)
-    mixed["users"][0]["user"] = yaml.safe_load(old)["users"][0]["user"]
-    refused = VClusterApi().missing(yaml.safe_dump(mixed).encode()) or ""
-    assert "cannot be reached with the stored kubeconfig: TLS: " in refused, refused
-
-
 def test_quota_change_upgrades_the_release_and_settles_ready_again(pipeline: Stack, kube: Kube, alice: Tenant) -> None:
     """A spec change bumps the generation: install upgrades the release (a new helm revision with
     the new quota), the chain runs again, and the Tenant is Ready for generation 2."""
@@ -501,3 +452,49 @@ def test_the_triggers_of_eventing_are_what_routes_events(pipeline: Stack, kube: 
     wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=60)
     assert pipeline.watch.wait_idle(60)
     assert [d for d in pipeline.watch.deliveries() if d.trigger == "tenant-notify-api" and name in (d.subject or "")]
+
+
+def test_rotate_issues_new_certificates_and_hands_them_over(
+    pipeline: Stack, kube: Kube, alice: Tenant, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kubeopera-tenants rotate` (last in this module: alice's credentials change): the vCluster's
+    certificates Secret deleted, its StatefulSet restarted, the Tenant through the pipeline again;
+    the command returns once the new kubeconfig is stored and kubeopera-api was told. Through the
+    cluster network the new kubeconfig works and the old credentials are refused, by the client (a
+    CA that no longer vouches for the server) and by the server (a client certificate of the old CA)."""
+    name, secret = "alice-default", f"tenant-{ALICE_CS}-kubeconfig"
+    namespace, release = "vcluster-alice-default", "vc-alice-default"
+    wait_for("alice-default Ready", lambda: phase_of(kube, name, "Ready"), timeout=60)
+    old = kube.read_secret_key(TENANT_NAMESPACE, secret, "kubeconfig")
+    before = kube.get_rollout(namespace, release)
+    assert old is not None and before is not None
+    calls = len(alice_calls(pipeline))
+    kubeconfig = str(pipeline.admin_kubeconfig)
+
+    assert cli_main(["rotate", "nobody", "--kubeconfig", kubeconfig]) == 1
+    assert f"tenant {TENANT_NAMESPACE}/nobody not found" in capsys.readouterr().err
+
+    rotated_at = time.time()
+    assert cli_main(["rotate", name, "--kubeconfig", kubeconfig, "--timeout", "120"]) == 0
+    said = capsys.readouterr().out
+    assert f"tenant {TENANT_NAMESPACE}/{name}: new certificates issued (valid until " in said, said
+    assert said.rstrip().endswith(f"kubeconfig stored in Secret {TENANT_NAMESPACE}/{secret}, kubeopera-api told")
+    announced(pipeline, name, rotated_at)
+    assert len(alice_calls(pipeline)) == calls + 1
+
+    new = kube.read_secret_key(TENANT_NAMESPACE, secret, "kubeconfig")
+    assert new is not None and new != old
+    tenant = phase_of(kube, name, "Ready")
+    assert tenant is not None and tenant.status.is_true("CallbackDelivered", tenant.generation)
+    restarted = kube.get_rollout(namespace, release)
+    assert restarted is not None and restarted.generation == before.generation + 1 and restarted.done
+
+    monkeypatch.setenv("HTTPS_PROXY", pipeline.proxy.url)  # the cluster's DNS and Service routing
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert VClusterApi().missing(new) is None
+    assert "certificate verify failed" in (VClusterApi().missing(old) or "")
+    mixed = yaml.safe_load(new)
+    mixed["users"][0]["user"] = yaml.safe_load(old)["users"][0]["user"]
+    refused = VClusterApi().missing(yaml.safe_dump(mixed).encode()) or ""
+    assert "cannot be reached with the stored kubeconfig: TLS: " in refused, refused

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,65 @@ def test_the_record_read_from_the_api_is_what_helm_status_reports(
     assert helm.uninstall("vc-d", test_namespace)
     assert agree("vc-d") is None
     assert agree("vc-d2") == (1, "deployed")
+
+
+def hung_helm(folder: Path, real: Path, marker: int, ignores_term: bool) -> Path:
+    """A helm that answers ``helm version`` (pyhelm3 asks it once, when its client is made) and then
+    hangs in every operation (a ``sleep`` with a number no other process uses); with
+    ``ignores_term`` it shrugs off TERM too, so only KILL ends it."""
+    script = folder / "hung-helm"
+    trap = "trap '' TERM\n" if ignores_term else ""
+    script.write_text(f'#!/bin/sh\n[ "$1" = version ] && exec {real} "$@"\n{trap}exec sleep {marker}\n')
+    script.chmod(0o755)
+    return script
+
+
+def still_running(marker: int) -> bool:
+    return subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["stops-on-term", "ignores-term"])
+def test_a_helm_past_its_deadline_is_stopped_and_that_is_temporary(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    test_namespace: str,
+    tmp_path: Path,
+    ignores_term: bool,
+) -> None:
+    """HELM_DEADLINE_SECONDS: helm gets TERM at the deadline and KILL 2 s later; the caller gets a
+    temporary error that says so, and no process of that helm is left."""
+    marker = 86000 + secrets.randbelow(399)
+    hung = hung_helm(tmp_path, toolchain.helm, marker, ignores_term)
+    helm = Helm(
+        chart_ref, "0.21.2", tmp_path / "charts", executable=str(hung), kubeconfig=kube_admin_kubeconfig, deadline=1
+    )
+    with pytest.raises(TemporaryError) as err:
+        helm.install_or_upgrade("vc-hung", test_namespace, {})
+    said = str(err.value)
+    assert said.startswith(f"helm upgrade --install {test_namespace}/vc-hung: helm did not finish within "), said
+    assert "HELM_DEADLINE_SECONDS and was stopped" in said and "recovered after STUCK_RELEASE_SECONDS" in said
+    assert not still_running(marker)
+
+
+def test_the_real_helm_runs_through_its_deadline_wrapper(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    test_namespace: str,
+    tmp_path: Path,
+) -> None:
+    helm = Helm(
+        chart_ref,
+        "0.21.2",
+        tmp_path / "cache" / "charts",
+        executable=str(toolchain.helm),
+        kubeconfig=kube_admin_kubeconfig,
+        deadline=60,
+    )
+    state = helm.install_or_upgrade("vc-w", test_namespace, {})
+    assert (state.revision, state.status) == (1, "deployed")
+    wrapper = tmp_path / "cache" / "bin" / "helm-with-deadline"
+    assert wrapper.read_text().splitlines()[-1] == (f'exec timeout --verbose --kill-after=2 60 {toolchain.helm} "$@"')

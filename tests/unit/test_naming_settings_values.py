@@ -104,6 +104,17 @@ def test_settings_read_the_environment() -> None:
         ("VCLUSTER_EXTERNAL_SERVER", "https://10.0.0.1:6443", "with a DNS name as host"),
         ("VCLUSTER_EXTERNAL_SERVER", "https://{tenant}.example.com/api", "must be https://<host>"),
         ("VCLUSTER_EXTERNAL_SERVER", "https://{user}.example.com", "not \\['user'\\]"),
+        ("HELM_DEADLINE_SECONDS", "0", "HELM_DEADLINE_SECONDS must be positive"),
+        (
+            "HELM_DEADLINE_SECONDS",
+            "178",
+            r"STUCK_RELEASE_SECONDS \(180\) must exceed HELM_DEADLINE_SECONDS \(178\) \+ 2",
+        ),
+        (
+            "STUCK_RELEASE_SECONDS",
+            "122",
+            r"STUCK_RELEASE_SECONDS \(122\) must exceed HELM_DEADLINE_SECONDS \(120\) \+ 2",
+        ),
     ],
 )
 def test_bad_settings_fail_at_start_naming_the_variable(name: str, value: str, message: str) -> None:

@@ -1,0 +1,60 @@
+"""The release Lease (shared/locks.py): held for as long as the helm operation runs, renewed by a
+thread of its own, given up after; a Lease lost meanwhile is said loudly."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from shared import locks
+from shared.errors import WorkInHand
+
+from .fakes import FakeKube
+
+NS, RELEASE = "vcluster-bob-dev", "vc-bob-dev"
+LEASE = (NS, f"{RELEASE}-helm")
+
+
+@pytest.fixture(autouse=True)
+def quick_renewal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(locks, "RENEW_SECONDS", 0.02)
+
+
+def test_the_lease_is_renewed_while_the_operation_runs_and_given_up_after(kube: FakeKube) -> None:
+    with locks.release_lease(kube, NS, RELEASE):
+        holder = kube.leases[LEASE]
+        time.sleep(0.2)  # a helm run longer than several renewals
+        assert kube.leases[LEASE] == holder
+        renewals = kube.calls["acquire_lease"] - 1
+    assert renewals >= 3, renewals
+    assert LEASE not in kube.leases
+    assert kube.calls["release_lease"] == 1
+
+
+def test_a_quick_operation_is_not_renewed(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(locks, "RENEW_SECONDS", 60.0)
+    started = time.monotonic()
+    with locks.release_lease(kube, NS, RELEASE):
+        pass
+    assert time.monotonic() - started < 5  # stopping the renewal does not wait out its interval
+    assert kube.calls["acquire_lease"] == 1 and LEASE not in kube.leases
+
+
+def test_another_holder_is_refused_and_nothing_is_renewed(kube: FakeKube) -> None:
+    kube.leases[LEASE] = "another-pod/1/1"
+    refused = pytest.raises(WorkInHand, match=f"another process is running helm on release {NS}/{RELEASE}")
+    with refused, locks.release_lease(kube, NS, RELEASE):
+        raise AssertionError("the block must not run")
+    time.sleep(0.1)
+    assert kube.calls["acquire_lease"] == 1 and kube.leases[LEASE] == "another-pod/1/1"
+
+
+def test_a_lease_taken_over_meanwhile_is_logged_as_an_error(kube: FakeKube, caplog: pytest.LogCaptureFixture) -> None:
+    with locks.release_lease(kube, NS, RELEASE):
+        kube.leases[LEASE] = "another-pod/1/1"  # ran out during an API outage, and was taken
+        time.sleep(0.2)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "the release Lease was taken over while helm ran"
+    ]
+    assert kube.leases[LEASE] == "another-pod/1/1"  # theirs now: not given up on their behalf
