@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from shared import access, events, lifecycle
+from shared.locks import LEASE_SECONDS
 from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.settings import HELM_KILL_AFTER_SECONDS, Settings
 from testbed import toolchain
 
 from .manifests import (
@@ -111,6 +113,53 @@ def test_prod_keeps_one_install_pod_warm(rendered: Mapping[str, str]) -> None:
     assert annotations["autoscaling.knative.dev/min-scale"] == "1"
 
 
+def retry_waits(delivery: Mapping[str, Any], retry_after: int | None) -> list[float]:
+    """The waits before each retry of a Trigger with this ``delivery``, when the subscriber answers
+    503 with this ``Retry-After`` every time (knative/eventing v0.48.0
+    pkg/kncloudevents/retries.go, design.md section 2): the larger of the backoff (linear d*k,
+    exponential d*2^k, k counted from 0) and the Retry-After capped at ``retryAfterMax``, which
+    counts only when the Trigger sets it."""
+
+    def seconds(duration: str) -> int:
+        match = re.fullmatch(r"PT(\d+)S", duration)
+        assert match, f"{duration}: only whole seconds are expected here"
+        return int(match.group(1))
+
+    delay = seconds(delivery.get("backoffDelay", "PT0S"))
+    policy = delivery.get("backoffPolicy")
+    cap = delivery.get("retryAfterMax")
+    waits: list[float] = []
+    for k in range(delivery["retry"]):
+        backoff = {"linear": delay * k, "exponential": delay * 2**k}.get(policy, 0)
+        asked = min(retry_after, seconds(cap)) if cap and retry_after is not None else 0
+        waits.append(max(backoff, asked))
+    return waits
+
+
+def longest_lease_hold() -> int:
+    """How long another pod may hold the work lock while install's delivery waits for it: its
+    helm's deadline (tenant-functions-config, else the default), the kill after it, and the
+    Lease's life after its holder's last renewal (a holder that died)."""
+    config = objects_of(file_documents(DEPLOY / "base" / "config.yaml"), "ConfigMap")["tenant-functions-config"]
+    deadline = int(config["data"].get("HELM_DEADLINE_SECONDS", Settings().helm_deadline_seconds))
+    return deadline + HELM_KILL_AFTER_SECONDS + LEASE_SECONDS
+
+
+def test_installs_retries_outlast_the_longest_hold_of_the_work_lock(kubectl: Path, tmp_path: Path) -> None:
+    """Issue 26 item 1: a delivery that finds another pod's helm running answers 503 with
+    Retry-After 5 (shared.locks); its retries must last until that pod's Lease is free, with
+    the retryafter feature and without it, or the Tenant is provisioned only at resync's next pass."""
+    shipped = file_documents(TRIGGERS / "tenant-install.yaml")[0]["spec"]["delivery"]
+    without = objects_of(documents(render_without_retryafter(kubectl, tmp_path / "overlay")), "Trigger")
+    plain = without["tenant-install"]["spec"]["delivery"]
+    assert "retryAfterMax" not in plain and {**plain, "retryAfterMax": "PT15S"} == shipped
+    for delivery in (shipped, plain):
+        assert sum(retry_waits(delivery, retry_after=5)) > longest_lease_hold(), delivery
+        assert sum(retry_waits(delivery, retry_after=None)) > longest_lease_hold(), delivery
+    # A crashed pod's delivery is retried at once; the Lease's own Retry-After is honoured.
+    assert retry_waits(plain, None)[0] == 0 and retry_waits(shipped, 5)[:3] == [5, 5, 5]
+
+
 def test_without_retryafter_component_swaps_the_poll_for_linear_backoff(kubectl: Path, tmp_path: Path) -> None:
     triggers = objects_of(documents(render_without_retryafter(kubectl, tmp_path / "overlay")), "Trigger")
     delivery = triggers["tenant-check-ready"]["spec"]["delivery"]
@@ -120,10 +169,11 @@ def test_without_retryafter_component_swaps_the_poll_for_linear_backoff(kubectl:
     # Linear backoff waits 0, d, 2d, ...: the last check must come after the provision timeout.
     waits = [10 * k for k in range(delivery["retry"])]
     assert sum(waits) >= provision_timeout()
-    assert (
-        triggers["tenant-install"]["spec"]["delivery"]
-        == file_documents(TRIGGERS / "tenant-install.yaml")[0]["spec"]["delivery"]
-    ), "the component must change the check-ready Trigger only"
+    changed = {"tenant-check-ready", "tenant-cleanup", "tenant-install"}
+    for path in TRIGGERS.glob("*.yaml"):
+        if path.stem not in changed:
+            assert triggers[path.stem]["spec"] == file_documents(path)[0]["spec"], path.stem
+    assert not [name for name, t in triggers.items() if "retryAfterMax" in t["spec"]["delivery"]]
 
 
 def test_config_features_patch_enables_retryafter_and_sender_identity_only() -> None:
@@ -167,6 +217,13 @@ def test_trigger_file_contract(path: Path) -> None:
         assert delivery["retry"] * 15 > provision_timeout(), "the retries must outlast the provision timeout"
     elif path.stem == "tenant-cleanup":
         assert delivery["retry"] * 5 >= 300, "five minutes at the default CLEANUP_POLL_SECONDS for a namespace to go"
+    elif path.stem == "tenant-install":
+        # Linear, so that retries stay close while another pod's helm runs (the test above).
+        assert (delivery["backoffPolicy"], delivery["backoffDelay"], delivery["retryAfterMax"]) == (
+            "linear",
+            "PT2S",
+            "PT15S",
+        )
     elif path.stem == "tenant-resync":
         # A tick that cannot be handled is retried a little; the next tick comes anyway.
         assert (delivery["retry"], delivery["backoffPolicy"], delivery["backoffDelay"]) == (3, "exponential", "PT10S")

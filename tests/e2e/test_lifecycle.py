@@ -550,12 +550,12 @@ def test_a_tenant_made_by_the_previous_version_is_adopted_once(pipeline: Stack, 
 
 def test_install_failing_in_helm_is_dead_lettered_to_failed(pipeline: Stack, kube: Kube) -> None:
     """A release that cannot install (an object of the chart's already in this Tenant's own
-    namespace) is retried, then dead-lettered: the Tenant is Failed with helm's reason."""
+    namespace, which helm will not adopt) is answered 422, not retried, and dead-lettered: the
+    Tenant is Failed with helm's reason."""
     legacy_namespace(pipeline, "lee", CS_LEE)
     pipeline.kubectl("create", "serviceaccount", "vc-vc-lee", "-n", "vcluster-lee")
     apply(pipeline, "lee", CS_LEE)
-    # One retry budget: about 31 s of backoff and six helm attempts.
-    failed = wait_for("lee Failed", lambda: phase_of(kube, "lee", "Failed"), timeout=150)
+    failed = wait_for("lee Failed", lambda: phase_of(kube, "lee", "Failed"), timeout=90)
     assert "could not be delivered to tenant-install" in failed.status.message
     assert "exists" in failed.status.message
     assert reasons(pipeline, "lee")[-1] == "DeliveryFailed"
@@ -564,7 +564,11 @@ def test_install_failing_in_helm_is_dead_lettered_to_failed(pipeline: Stack, kub
     assert pipeline.watch.wait_idle(60)  # a delivery is recorded once its answer went back
     dead = [d for d in pipeline.watch.deliveries() if d.target == "dead-letter" and (d.subject or "").endswith("/lee")]
     assert dead and dead[-1].trigger == "tenant-install" and dead[-1].status == 204
-    assert dead[-1].error_code is not None and dead[-1].error_code.isdigit(), dead[-1]
+    assert dead[-1].error_code == "422", dead[-1]
+    installs = [
+        d for d in pipeline.watch.deliveries() if d.trigger == "tenant-install" and d.target == "subscriber"
+    ]
+    assert {d.status for d in installs if (d.subject or "").endswith("/lee")} == {422}, "no retry"
 
 
 def test_the_stuck_release_tenant_is_cleaned_even_after_failing(pipeline: Stack, kube: Kube) -> None:

@@ -58,6 +58,19 @@ def test_missing_chart_version_is_permanent(
         helm.chart()
 
 
+def test_an_object_in_the_way_that_helm_will_not_adopt_is_permanent(
+    helm: Helm, toolchain: Toolchain, kube_admin_kubeconfig: Path, test_namespace: str
+) -> None:
+    """An object of the chart's made by someone else (no ownership labels for this release): the
+    real helm refuses to adopt it, and no re-delivery changes that; the error names it."""
+    kubectl = [str(toolchain.kubectl), f"--kubeconfig={kube_admin_kubeconfig}", "-n", test_namespace]
+    subprocess.run([*kubectl, "create", "serviceaccount", "vc-vc-d"], check=True, capture_output=True)
+    with pytest.raises(PermanentError, match="not this release's") as err:
+        helm.install_or_upgrade("vc-d", test_namespace, {})
+    assert 'ServiceAccount "vc-vc-d"' in str(err.value) and "retry the Tenant" in str(err.value)
+    assert helm.release("vc-d", test_namespace) is None, "helm refused before it recorded a release"
+
+
 def test_release_busy_in_another_operation_is_temporary(
     helm: Helm, records: ReleaseRecords, toolchain: Toolchain, kube_admin_kubeconfig: Path, test_namespace: str
 ) -> None:
