@@ -4,7 +4,8 @@ Takes ``io.kubeopera.tenant.cleanup``: the router's (a Tenant whose deletion has
 ApiServerSource's update shows it: install put the finalizer ``kubeopera.io/cleanup`` on the
 Tenant, so ``kubectl delete`` only sets its ``deletionTimestamp``, design.md section 3) and
 resync's (a deletion that never started or stalled). It re-reads the Tenant; for one that is being
-deleted, with the finalizer on (``lifecycle.wants_cleanup``):
+deleted, with the finalizer on (``lifecycle.wants_cleanup``), holding the work lock of its
+namespace (``shared.locks``: no install of it runs meanwhile, in any pod):
 
 1. phase Deleting (Event ``CleanupStarted``);
 2. if namespace ``vcluster-{tenantName}`` is this Tenant's (``shared.ownership``): ``helm
@@ -50,7 +51,7 @@ from shared.errors import CleanupStalled, NamespaceTerminating, NotReadyYet, Rel
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
-from shared.locks import release_lease
+from shared.locks import work_lock
 from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
@@ -81,6 +82,19 @@ def owned(verdict: Verdict) -> bool:
 def handle(
     kube: Kube, helm: Helm, api: KubeoperaApi, settings: Settings, event: BaseCloudEvent, ref: TenantRef
 ) -> BaseCloudEvent | None:
+    tenant = _to_clean(kube, ref)
+    if tenant is None:
+        return None
+    # Under the namespace's work lock (shared.locks): an install that read the Tenant before its
+    # deletion began finishes what it makes first, and this then sees it and removes it. The
+    # Tenant is read again under it (that install wrote its status).
+    with work_lock(kube, settings.tenant_namespace, tenant.spec.names):
+        tenant = _to_clean(kube, ref)
+        return None if tenant is None else _clean(kube, helm, api, settings, event, tenant)
+
+
+def _to_clean(kube: Kube, ref: TenantRef) -> Tenant | None:
+    """The Tenant of ``ref`` when it has cleanup's work: being deleted, finalizer on, not given up."""
     tenant = kube.get_tenant(ref.namespace, ref.name)
     if tenant is None or tenant.uid != ref.uid or not tenant.deleting or not tenant.has_finalizer:
         log.info("nothing to clean up (tenant gone, replaced, not being deleted, or already cleaned)")
@@ -88,6 +102,12 @@ def handle(
     if lifecycle.gave_up(tenant):
         log.info("cleanup failed before; it waits for its phase to be patched to Pending")
         return None
+    return tenant
+
+
+def _clean(
+    kube: Kube, helm: Helm, api: KubeoperaApi, settings: Settings, event: BaseCloudEvent, tenant: Tenant
+) -> BaseCloudEvent | None:
     if tenant.status.phase != Phase.DELETING:
         tenant = write_status(
             kube,
@@ -194,8 +214,7 @@ def _uninstall(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> No
     # namespace (shared.access); a refusal is a helm failure, temporary like all of them.
     try:
         claims.check_history(kube, tenant)
-        with release_lease(kube, names.namespace, names.release):
-            helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
+        helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
     except NamespaceTerminating:
         log.info("namespace deletion already started (by another delivery); no uninstall needed")
     except ReleaseTampered as err:

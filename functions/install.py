@@ -7,7 +7,10 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
 
 1. a Tenant seen for the first time is written as phase Pending;
 2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
-   always waits for cleanup;
+   always waits for cleanup; then steps 3 to 7 run holding the namespace's work lock
+   (``shared.locks``: one install or cleanup of ``vcluster-{tenantName}`` at a time across every
+   pod), after reading the Tenant again under it: one being deleted by then is left to cleanup,
+   and one another delivery provisioned meanwhile is left as it is;
 3. ownership (design.md section 1): an older Tenant asking for the same ``tenantName`` or
    ``cloudSpaceID``, another Tenant's claim of the ``cloudSpaceID`` (a Lease only one Tenant can
    create, ``claims.claim_cloud_space``: of two Tenants created in one second, one goes on), or a
@@ -25,9 +28,8 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    ``ReleaseTampered`` (a Warning Event naming the Secret, its type and labels), and no helm
    operation runs;
 6. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
-   if it already has these values), holding the release's Lease (``shared.locks``) so that one
-   helm operation runs per release across every install pod; a release a killed helm left
-   pending for longer than ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.helm``);
+   if it already has these values); a release a killed helm left pending for longer than
+   ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.helm``);
 7. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 
 A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
@@ -53,7 +55,7 @@ from shared.helm import Helm
 from shared.http import Step, function_app
 from shared.isolation import policy_objects
 from shared.kube import Kube
-from shared.locks import installing, release_lease
+from shared.locks import installing, work_lock
 from shared.ownership import Claim, namespace_labels
 from shared.reconcile import first_sight, live_tenant, write_status
 from shared.runtime import Runtime
@@ -96,6 +98,22 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
     tenant = first_sight(kube, tenant)
     if not tenant.has_finalizer:
         tenant = kube.set_finalizer(tenant, present=True)
+    with work_lock(kube, settings.tenant_namespace, tenant.spec.names):
+        # The Tenant as it is now that no cleanup (or other install) of its namespace can run: one
+        # whose deletion began meanwhile is cleanup's, which waits for this lock, and one another
+        # delivery provisioned while this one waited needs nothing from helm.
+        fresh = live_tenant(kube, tenant.ref)
+        if fresh is None or fresh.deleting:
+            log.info("the tenant is being deleted; that is cleanup's work, and nothing of it is made")
+            return None
+        if lifecycle.is_settled(fresh) and fresh.has_finalizer:
+            log.info("provisioned by another delivery meanwhile; nothing to add")
+            return None
+        return _install(kube, helm, settings, tenant)
+
+
+def _install(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> BaseCloudEvent:
+    """Steps 3 to 7, under the Tenant namespace's work lock."""
     claims.check_rivals(kube, tenant)
     claims.claim_cloud_space(kube, tenant)
     names = tenant.spec.names
@@ -115,8 +133,7 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
 
     # Pending again (a retry, or resync after the vCluster's StatefulSet or one of the chart's
     # namespace policies went away) with the release in place: upgrade it even if its values are
-    # the same, so helm makes again what is gone. Asked under the release lock, so a delivery that
-    # waited for another's install sees what that one made.
+    # the same, so helm makes again what is gone.
     def reapply() -> bool:
         if tenant.status.phase != Phase.PENDING:
             return False
@@ -125,31 +142,24 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         present = {o for _, o in kube.list_policy_objects(names.namespace)}
         return not set(policy_objects(names.release)) <= present
 
-    with release_lease(kube, names.namespace, names.release):
-        # Another delivery (another pod's, or one that finished while this one read) may have
-        # provisioned this generation while this one waited: then helm has nothing to do.
-        fresh = live_tenant(kube, tenant.ref)
-        if fresh is None or (lifecycle.is_settled(fresh) and fresh.has_finalizer):
-            log.info("provisioned by another delivery meanwhile; nothing to add")
-            return None
-        # A tampered history (a Secret with the release's labels that helm did not write) fails
-        # the Tenant with ReleaseTampered before any helm process reads it; the guard checks again.
-        claims.check_history(kube, tenant)
-        release = helm.install_or_upgrade(
-            names.release,
-            names.namespace,
-            vcluster_values(
-                tenant,
-                settings.environment,
-                settings.isolation,
-                settings.service_cidr,
-                settings.distro,
-                settings.external_server,
-            ),
-            guard=claims.release_guard(kube, tenant),
-            reapply=reapply,
-            keep=keep_distro,
-        )
+    # A tampered history (a Secret with the release's labels that helm did not write) fails the
+    # Tenant with ReleaseTampered before any helm process reads it; the guard checks again.
+    claims.check_history(kube, tenant)
+    release = helm.install_or_upgrade(
+        names.release,
+        names.namespace,
+        vcluster_values(
+            tenant,
+            settings.environment,
+            settings.isolation,
+            settings.service_cidr,
+            settings.distro,
+            settings.external_server,
+        ),
+        guard=claims.release_guard(kube, tenant),
+        reapply=reapply,
+        keep=keep_distro,
+    )
     message = f"helm release {names.release} revision {release.revision} is {release.status}; waiting for the vCluster"
     write_status(
         kube,

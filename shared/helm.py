@@ -8,8 +8,8 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
   release's current ones and returns the current revision when they are equal, so a re-delivered
   event does not create a new helm revision.
 - **One helm operation per release at a time** is the caller's: install and cleanup hold
-  ``shared.locks.release_lease`` around each call (one thread lock per release in a process, then a
-  Lease in the release namespace across processes); helm's own pending states refuse a second
+  ``shared.locks.work_lock`` of the release's namespace (one thread lock in a process, then a
+  Lease beside the Tenants across processes); helm's own pending states refuse a second
   operation anyway.
 - **Stuck releases recovered.** A helm process killed mid-operation leaves the release
   ``pending-install``, ``pending-upgrade`` or ``pending-rollback`` for ever, and helm refuses every
@@ -22,9 +22,10 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
   executable path; cancelling pyhelm3's call would stop only its shell, design.md section 5). A
   helm stopped so is a temporary error; the release it may leave pending is recovered as a stuck
   one, and ``stuck_after`` is above the longest a helm can live.
-- **Errors by kind.** A schema or render failure and a missing chart are permanent; a
-  connection failure, a release busy in another operation, a helm stopped at its deadline and
-  anything unknown are temporary.
+- **Errors by kind.** A schema or render failure, a missing chart and an object in the way that
+  helm will not adopt (it exists without this release's ownership labels: only a person can
+  decide what it is) are permanent; a connection failure, a release busy in another operation, a
+  helm stopped at its deadline and anything unknown are temporary.
 """
 
 from __future__ import annotations
@@ -86,6 +87,11 @@ def deadline_wrapper(executable: str, deadline: float, folder: Path) -> Path:
     return wrapper
 
 
+# helm's words for an object of the chart's that exists without this release's ownership metadata
+# (pkg/action/validate.go, existingResourceConflict): retrying cannot change that.
+NOT_ADOPTABLE = "cannot be imported into the current release"
+
+
 def _classify(what: str, err: helm_errors.Error) -> Exception:
     text = (err.stderr or b"").decode(errors="replace").strip()
     detail = text.splitlines()[-1] if text else type(err).__name__
@@ -101,6 +107,11 @@ def _classify(what: str, err: helm_errors.Error) -> Exception:
         return PermanentError(f"{what}: the chart rejected the values: {detail}")
     if isinstance(err, helm_errors.ChartNotFoundError):
         return PermanentError(f"{what}: chart not found: {detail}")
+    if NOT_ADOPTABLE in text:
+        return PermanentError(
+            f"{what}: an object of the chart's is already there and is not this release's ({detail}); "
+            "remove it, then retry the Tenant"
+        )
     if "another operation (install/upgrade/rollback) is in progress" in text:
         return TemporaryError(f"{what}: another helm operation is in progress on the release", retry_after=5)
     return TemporaryError(f"{what}: helm failed: {detail}", retry_after=5)

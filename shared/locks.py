@@ -1,15 +1,23 @@
-"""One helm operation per release across every process: a Lease in the release namespace.
+"""One install or cleanup at a time per Tenant namespace, across every process: a Lease.
 
-install scales to several pods, and the broker may deliver the same Tenant's events to two of
-them at once; helm's own pending states would refuse the second operation only after it started
-(and a refused upgrade is still a failed helm run). ``release_lease`` holds a
-``coordination.k8s.io/v1`` Lease named ``<release>-helm`` in the release namespace for the
-length of one helm operation: the first holder works, any other answers "another operation in
-progress" (temporary: the broker re-delivers). The Lease lasts ``LEASE_SECONDS`` and a thread
-renews it every ``RENEW_SECONDS`` while the operation runs, however long helm takes (helm itself
-is stopped at ``HELM_DEADLINE_SECONDS``, ``shared.helm``); a holder that died (a killed pod) stops
-counting ``LEASE_SECONDS`` after its last renewal. Threads of one process queue on a thread lock
-first, so only deliveries on different processes are sent back.
+install scales to several pods, cleanup too, and the broker may deliver events of one Tenant to
+two of them at once: two helm operations on one release, or (issue 26 item 4) a cleanup that finds
+no namespace yet and lets the Tenant go while an install that read the Tenant a moment before goes
+on to create the namespace, which then belongs to nobody. ``work_lock`` holds a
+``coordination.k8s.io/v1`` Lease named ``lock-vcluster-<tenantName>`` (``TenantNames.work_lock``)
+in the Tenants' namespace while install makes, or cleanup removes, anything of
+``vcluster-<tenantName>``: the first holder works, any other answers "work in hand" (temporary: the
+broker re-delivers), and the holder decides on the Tenant as it reads it under the Lease (install
+leaves a Tenant being deleted to cleanup). In the Tenants' namespace, not in ``vcluster-<t>``:
+the lock exists before that namespace does, and what a tenant can write there cannot hold it.
+Keyed by tenantName, not by Tenant, because that is what names the namespace and the release:
+a Tenant deleted and made again under its name waits for the old one's cleanup.
+
+The Lease lasts ``LEASE_SECONDS`` and a thread renews it every ``RENEW_SECONDS`` while the work
+runs, however long helm takes (helm itself is stopped at ``HELM_DEADLINE_SECONDS``,
+``shared.helm``); a holder that died (a killed pod) stops counting ``LEASE_SECONDS`` after its last
+renewal. Threads of one process queue on a thread lock first, so only deliveries on different
+processes are sent back.
 
 Before any of that, ``installing`` coalesces within one process: the ApiServerSource sends a
 Tenant's own status and finalizer writes back to install as updates, so a burst brings several
@@ -32,6 +40,7 @@ from contextlib import contextmanager
 
 from shared.errors import TenantError, WorkInHand
 from shared.kube import Kube
+from shared.naming import TenantNames
 
 log = logging.getLogger(__name__)
 
@@ -80,21 +89,22 @@ def installing(namespace: str, release: str, generation: int) -> Iterator[bool]:
 
 
 @contextmanager
-def release_lease(kube: Kube, namespace: str, release: str) -> Iterator[None]:
-    """Threads of one process wait for each other (a thread lock); other processes are told
-    to come back later (the Lease, renewed for as long as the block runs)."""
-    with _thread_lock(f"{namespace}/{release}"), _lease(kube, namespace, release):
+def work_lock(kube: Kube, namespace: str, names: TenantNames) -> Iterator[None]:
+    """The work on ``names.namespace``, from the Tenants' ``namespace``: threads of one process wait
+    for each other (a thread lock); other processes are told to come back later (the Lease,
+    renewed for as long as the block runs)."""
+    with _thread_lock(f"{namespace}/{names.work_lock}"), _lease(kube, namespace, names):
         yield
 
 
 @contextmanager
-def _lease(kube: Kube, namespace: str, release: str) -> Iterator[None]:
-    name = f"{release}-helm"
+def _lease(kube: Kube, namespace: str, names: TenantNames) -> Iterator[None]:
+    name = names.work_lock
     holder = holder_identity()
     hold = kube.acquire_lease(namespace, name, holder, LEASE_SECONDS)
     if hold is None:
         raise WorkInHand(
-            f"another process is running helm on release {namespace}/{release} (Lease {name})", retry_after=5
+            f"another process is installing or removing {names.namespace} (Lease {namespace}/{name})", retry_after=5
         )
     renewal = _Renewal(kube, namespace, name, holder, hold)
     renewal.start()
@@ -105,7 +115,7 @@ def _lease(kube: Kube, namespace: str, release: str) -> Iterator[None]:
         try:
             kube.release_lease(namespace, name, hold)
         except TenantError as err:  # it expires on its own; the operation's outcome matters more
-            log.warning("could not give the release Lease up", extra={"lease": name, "error": str(err)})
+            log.warning("could not give the work Lease up", extra={"lease": name, "error": str(err)})
 
 
 class _Renewal(threading.Thread):
@@ -122,10 +132,10 @@ class _Renewal(threading.Thread):
             try:
                 renewed = self._kube.acquire_lease(self._namespace, self._name, self._holder, LEASE_SECONDS)
             except TenantError as err:  # the next try may pass; the Lease lasts three of these
-                log.warning("could not renew the release Lease", extra={"lease": self._name, "error": str(err)})
+                log.warning("could not renew the work Lease", extra={"lease": self._name, "error": str(err)})
                 continue
             if renewed is None:  # it ran out meanwhile and another process took it: say so loudly
-                log.error("the release Lease was taken over while helm ran", extra={"lease": self._name})
+                log.error("the work Lease was taken over while the work ran", extra={"lease": self._name})
                 return
             self.hold = renewed
 

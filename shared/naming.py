@@ -4,6 +4,8 @@
 - Host namespace: ``vcluster-{tenantName}``
 - Secret vcluster writes: ``vc-{release}`` (key ``config``) in the host namespace
 - Stored kubeconfig: ``tenant-{cloudSpaceID}-kubeconfig`` in the Tenant namespace
+- The lock of the work on a Tenant's namespace: Lease ``lock-vcluster-{tenantName}`` in the Tenant
+  namespace; the claim of a cloudSpaceID: Lease ``cloudspace-{cloudSpaceID}`` there
 - In-cluster address of the vCluster: ``https://{release}.{namespace}:443`` (design.md section 5)
 """
 
@@ -86,6 +88,12 @@ class TenantNames:
     def cloud_space_claim(self) -> str:
         """The Lease in the Tenants' namespace whose creation claims the cloudSpaceID (``shared.claims``)."""
         return f"cloudspace-{self.cloud_space_id}"
+
+    @property
+    def work_lock(self) -> str:
+        """The Lease in the Tenants' namespace that install and cleanup hold while they make or
+        remove anything of ``vcluster-{tenantName}`` (``shared.locks``)."""
+        return f"lock-{self.namespace}"
 
     @property
     def server_names(self) -> tuple[str, str]:

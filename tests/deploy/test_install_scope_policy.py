@@ -41,6 +41,17 @@ def configmap(name: str, namespace: str) -> str:
     return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}})
 
 
+def lease(name: str, namespace: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"holderIdentity": "policy-test", "leaseDurationSeconds": 30},
+        }
+    )
+
+
 def own_binding(name: str, namespace: str) -> str:
     """A RoleBinding of install's per-namespace ClusterRole to install, as shared/access.py makes it."""
     return yaml.safe_dump(
@@ -162,4 +173,13 @@ def test_policy_keeps_install_inside_its_namespaces(
     recorded = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(event))
     assert recorded.returncode == 0, recorded.stderr
     run(kubectl, kube_admin_kubeconfig, "delete", "event", f"probe-{other}", "-n", NAMESPACE)
+    # At home it holds the work lock of a Tenant's namespace (shared/locks.py), and only that
+    # kind of Lease besides the claims of cloudSpaceIDs.
+    lock = f"lock-vcluster-{other}"
+    taken = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=lease(lock, NAMESPACE))
+    assert taken.returncode == 0, taken.stderr
+    given_up = as_install(kubectl, kube_admin_kubeconfig, "delete", "lease", lock, "-n", NAMESPACE)
+    assert given_up.returncode == 0, given_up.stderr
+    foreign = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=lease(f"probe-{other}", NAMESPACE))
+    assert foreign.returncode != 0 and DENIED in foreign.stderr, foreign.stdout + foreign.stderr
     run(kubectl, kube_admin_kubeconfig, "delete", "namespace", policy_in_force, "--wait=false")

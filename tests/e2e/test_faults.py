@@ -28,10 +28,13 @@ import requests
 
 from shared import events
 from shared.kube import Kube
+from shared.locks import work_lock
 from shared.tenant import Tenant, parse_time
 from testbed.knative.broker_watch import Delivery
+from testbed.local.api_gate import ApiGate
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
+from testbed.toolchain import Toolchain
 
 from .rbac_usage import unused_rules
 from .support import exists, helm, phase_of, tenant_yaml, wait_for
@@ -47,8 +50,27 @@ TIMEOUT_SECONDS = 15  # PROVISION_TIMEOUT_SECONDS
 STALL_SECONDS = 20  # CLEANUP_STALL_SECONDS: a deletion that has not moved this long is given up
 
 
+HUNG_HELM = 86398  # the number of the sleep a hung helm is (no other process sleeps this long)
+
+
+def helm_that_hangs_once(folder: Path, real: Path) -> Path:
+    """The fault stack's HELM_EXECUTABLE: helm, except the first upgrade of a release named
+    ``vc-fa-hung*``, which never answers (a helm hung on a dead connection, say)."""
+    script = folder / "helm-that-hangs-once"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$1 $2" in "upgrade vc-fa-hung"*)\n'
+        f'  mkdir "{folder}/$2" 2>/dev/null && exec sleep {HUNG_HELM};;\n'
+        "esac\n"
+        f'exec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
 @pytest.fixture(scope="module")
-def pipeline() -> Iterator[Stack]:
+def pipeline(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    hangs_once = helm_that_hangs_once(tmp_path_factory.mktemp("helm"), toolchain.helm)
     options = StackOptions(
         api_token="faults-token",
         vcluster_boot_seconds=2,
@@ -58,7 +80,7 @@ def pipeline() -> Iterator[Stack]:
         helm_deadline_seconds=HELM_DEADLINE_SECONDS,
         provision_timeout_seconds=TIMEOUT_SECONDS,
         vcluster_never_boot=r"vc-stuck-.*",
-        function_env={"CLEANUP_STALL_SECONDS": str(STALL_SECONDS)},
+        function_env={"CLEANUP_STALL_SECONDS": str(STALL_SECONDS), "HELM_EXECUTABLE": str(hangs_once)},
     )
     with start_stack(options) as stack:
         # These tests send resync's tick themselves, when a fault needs it: the stack holds the
@@ -266,6 +288,72 @@ def test_helm_killed_mid_upgrade(pipeline: Stack, kube: Kube) -> None:
     report("helm killed mid-upgrade", tenant, started)
 
 
+def test_a_hung_helm_is_stopped_at_its_deadline_and_the_tenant_still_provisions(pipeline: Stack, kube: Kube) -> None:
+    """HELM_DEADLINE_SECONDS: install's first helm never answers; it is stopped at the deadline, the
+    delivery is answered 503 saying so, and the broker's re-delivery provisions the Tenant: Ready,
+    never Failed, one revision, nothing of the hung helm left."""
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-hung", cs(20)))
+    tenant = ready(kube, "fa-hung", timeout=120)
+    assert pipeline.watch.wait_idle(60)
+    installs = [
+        d
+        for d in pipeline.watch.deliveries()
+        if d.trigger == "tenant-install" and d.target == "subscriber" and (d.subject or "").endswith("/fa-hung")
+    ]
+    assert [d.status for d in installs][:2] == [503, 200], installs
+    log = (pipeline.log_dir() / "tenant-install.log").read_text(errors="replace")
+    said = [line for line in log.splitlines() if "vc-fa-hung" in line and "HELM_DEADLINE_SECONDS" in line]
+    assert said and "helm did not finish within HELM_DEADLINE_SECONDS and was stopped" in said[0], said
+    assert not [d for d in pipeline.watch.deliveries() if d.target == "dead-letter" and "fa-hung" in (d.subject or "")]
+    assert history(pipeline, "vc-fa-hung") == [(1, "deployed")]
+    assert run(["pgrep", "-f", f"^sleep {HUNG_HELM}$"], check=False).returncode == 1, "the hung helm is gone"
+    report("helm hung past HELM_DEADLINE_SECONDS", tenant, started)
+
+
+OLD_INSTALL_BUDGET = 31  # seconds: install's Trigger before issue 26 (5 exponential retries from 1 s)
+
+
+def test_a_delivery_waiting_on_another_pods_helm_outlasts_the_old_retry_budget(pipeline: Stack, kube: Kube) -> None:
+    """Issue 26 item 1: another install process holds the Tenant namespace's work lock (renewing
+    it, as one whose helm runs long does) while a quota change arrives. install answers 503 inHand with
+    Retry-After 5 for longer than the old budget lasted; once the Lease is free the change is
+    upgraded: Ready at the new generation, never Failed, nothing dead-lettered, one new revision."""
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-wait", cs(21)))
+    names = ready(kube, "fa-wait").spec.names
+    phases: list[str] = []
+
+    def install_deliveries(since: float) -> list[Delivery]:
+        return [
+            d
+            for d in pipeline.watch.deliveries()
+            if d.trigger == "tenant-install"
+            and d.target == "subscriber"
+            and (d.subject or "").endswith("/fa-wait")
+            and d.time >= since
+        ]
+
+    def waited_past_the_old_budget() -> bool:
+        tenant = kube.get_tenant(TENANT_NAMESPACE, "fa-wait")
+        phases.append(str(tenant.status.phase if tenant else None))
+        refused = [d for d in install_deliveries(changed_at) if d.status == 503]
+        return bool(refused) and time.time() - refused[0].time > OLD_INSTALL_BUDGET + 5
+
+    with work_lock(kube, TENANT_NAMESPACE, names):  # this process is the other pod
+        changed_at = time.time()
+        pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-wait", cs(21), cpu="2"))
+        wait_for("install's retries past the old budget", waited_past_the_old_budget, timeout=OLD_INSTALL_BUDGET + 60)
+    tenant = ready(kube, "fa-wait", generation=2, timeout=60)
+    assert "Failed" not in phases, phases
+    assert pipeline.watch.wait_idle(60)
+    waited = [d.status for d in install_deliveries(changed_at)]
+    assert waited[-1] == 200 and set(waited[:-1]) == {503} and len(waited) >= 5, waited
+    assert not [d for d in pipeline.watch.deliveries() if d.target == "dead-letter" and "fa-wait" in (d.subject or "")]
+    assert history(pipeline, "vc-fa-wait") == [(1, "superseded"), (2, "deployed")]
+    report("install waits on another pod's helm past the old retry budget", tenant, started)
+
+
 def test_function_worker_killed_mid_install(pipeline: Stack, kube: Kube) -> None:
     started = time.monotonic()
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-worker", cs(4)))
@@ -316,6 +404,63 @@ def test_duplicate_concurrent_deliveries_to_two_install_processes(
     idle_longer_than_a_poll(kube, "fa-twin")
     tick(pipeline)
     report("duplicate concurrent deliveries to two install processes", ready(kube, "fa-twin"), started)
+
+
+def test_a_deletion_while_install_creates_the_namespace_leaves_nothing_behind(
+    pipeline: Stack, kube: Kube, adapter_down: None, tmp_path: Path
+) -> None:
+    """Issue 26 item 4: another install process has read the Tenant and is creating its namespace
+    (that request held at an API gate) when the Tenant is deleted. cleanup answers "in hand"
+    instead of finding no namespace and letting the Tenant go; once install is done, cleanup
+    removes what it made. Nothing is left, and a new Tenant of the same name is Ready. (Without
+    the lock, cleanup let the Tenant go at once and install created a namespace owned by a uid
+    that no longer existed, which then kept the name from every later Tenant.)"""
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-race", cs(22)))
+    first = Tenant.from_object(
+        json.loads(pipeline.kubectl("get", "kt", "fa-race", "-n", TENANT_NAMESPACE, "-o", "json"))
+    )
+    assert pipeline.control_plane is not None
+    spec = pipeline.function_specs["tenant-install"]
+    cp = pipeline.control_plane
+    with ApiGate(cp.url, cp.ca_file, hold=r"POST /api/v1/namespaces(\?.*)?", workdir=tmp_path) as gate:
+        kubeconfig = gate.kubeconfig(Path(spec.env["KUBECONFIG"]), tmp_path / "install-through-the-gate")
+        env = {"KUBECONFIG": str(kubeconfig)}
+        replica, url = pipeline.start_replica("tenant-install", env=env, name="install-gated")
+        try:
+            answers: list[int] = []
+
+            def deliver(url: str, event_type: str, service: str) -> requests.Response:
+                headers, body = events.to_binary(events.make(event_type, "router", first.ref))
+                headers |= pipeline.delivery_authorization(service)
+                return requests.post(url, headers=headers, data=body, timeout=120)
+
+            install = threading.Thread(
+                target=lambda: answers.append(deliver(url, events.INSTALL, "tenant-install").status_code)
+            )
+            install.start()
+            assert gate.held.wait(60), f"install never created the namespace: {gate.passed}"
+            pipeline.kubectl("delete", "kt", "fa-race", "-n", TENANT_NAMESPACE, "--wait=false")
+            cleanup = deliver(pipeline.function_urls["tenant-cleanup"], events.CLEANUP, "tenant-cleanup")
+            assert cleanup.status_code == 503 and cleanup.json().get("inHand") is True, cleanup.text
+            assert kube.get_tenant(TENANT_NAMESPACE, "fa-race") is not None, "the Tenant waits for its cleanup"
+            gate.open()
+            install.join(120)
+            # It made the namespace and the release; its status write then found the deletion (a
+            # new generation) and it answered 204, or it wrote Provisioning first and answered 200.
+            assert answers in ([200], [204]), answers
+        finally:
+            replica.stop()
+    assert exists(pipeline, "namespace", "vcluster-fa-race"), "install made the namespace after all"
+    start_adapter_again(pipeline)
+    tick(pipeline)  # the deletion, still to do, is re-driven
+    wait_for("fa-race gone", lambda: kube.get_tenant(TENANT_NAMESPACE, "fa-race") is None, timeout=90)
+    wait_for("vcluster-fa-race gone", lambda: not exists(pipeline, "namespace", "vcluster-fa-race"), timeout=60)
+    assert not [r for r in helm(pipeline, "list", "--all-namespaces", "--all") if r["name"] == "vc-fa-race"]
+    assert not exists(pipeline, "lease", "lock-vcluster-fa-race", "-n", TENANT_NAMESPACE)
+    assert not exists(pipeline, "lease", f"cloudspace-{cs(22)}", "-n", TENANT_NAMESPACE)
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-race", cs(22)))
+    report("Tenant deleted while install creates its namespace", ready(kube, "fa-race"), started)
 
 
 def test_a_vcluster_booted_with_the_wrong_service_range_is_never_ready(

@@ -198,14 +198,15 @@ def test_dead_letter_marks_the_tenant_failed(kube: FakeKube, helm: FakeHelm, api
 def test_a_dead_letter_of_work_another_process_had_in_hand_fails_nothing(
     kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
-    """install's answer while another pod's helm holds the release's Lease is a 503 that says the
+    """install's answer while another pod holds the namespace's work lock is a 503 that says the
     work is in hand; should the broker give up on it, dead-letter leaves the Tenant as it is."""
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
-    kube.leases[("vcluster-bob-dev", "vc-bob-dev-helm")] = "another-pod/1/1"
+    kube.leases[("kubeopera-system", "lock-vcluster-bob-dev")] = "another-pod/1/1"
     sent = step_event(obj, events.INSTALL)
     answer = deliver(install.create_app(stand_ins(kube, helm, api)), sent)
     assert answer.status_code == 503 and answer.json == {
-        "error": "another process is running helm on release vcluster-bob-dev/vc-bob-dev (Lease vc-bob-dev-helm)",
+        "error": "another process is installing or removing vcluster-bob-dev "
+        "(Lease kubeopera-system/lock-vcluster-bob-dev)",
         "inHand": True,
     }
     errors = {"knativeerrorcode": "503", "knativeerrordata": base64.b64encode(answer.data).decode()}

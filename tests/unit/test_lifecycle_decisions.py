@@ -1550,6 +1550,53 @@ def test_installing_counts_each_generation_until_its_own_block_ends() -> None:
         assert after, "nothing is left registered once every block ended"
 
 
+# a deletion racing an install (issue 26 item 4) ---------------------------------------------------
+
+
+def test_a_tenant_deleted_while_install_waited_for_the_work_lock_gets_nothing_made(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    """install read the Tenant, then its deletion began before install held the lock: under the
+    lock install reads it again and makes nothing (no claim, namespace, grant or release); cleanup
+    then finds nothing and lets the Tenant go. Before the lock install went on and created the
+    namespace after cleanup had let the Tenant go: a namespace owned by a uid that no longer exists."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, finalizers=[FINALIZER]))
+    acquire = kube.acquire_lease
+
+    def deleted_meanwhile(namespace: str, name: str, holder: str, seconds: int) -> str | None:
+        kube.acquire_lease = acquire  # type: ignore[method-assign]
+        deleted(kube, "bob-dev")
+        return acquire(namespace, name, holder, seconds)
+
+    kube.acquire_lease = deleted_meanwhile  # type: ignore[method-assign]
+    assert run_install(kube, helm, obj) is None
+    assert kube.get_namespace(BOB_NS) is None and helm.operations == [] and kube.claims == {}
+    assert kube.leases == {}
+    assert run_cleanup(kube, helm, api, current(kube, TENANT_NAMESPACE, "bob-dev")) is None
+    assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None
+
+
+def test_cleanup_waits_while_another_process_holds_the_work_lock(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    """An install in another pod is making the namespace: cleanup answers "in hand" and writes
+    nothing, so it cannot let the Tenant go before it sees what that install made."""
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}, finalizers=[FINALIZER]))
+    obj = deleted(kube, "bob-dev")
+    kube.leases[(TENANT_NAMESPACE, "lock-vcluster-bob-dev")] = "another-pod/1/1"
+    writes = dict(kube.writes)
+    with pytest.raises(WorkInHand, match="another process is installing or removing vcluster-bob-dev"):
+        run_cleanup(kube, helm, api, obj)
+    assert dict(kube.writes) == writes and live(kube).has_finalizer and api.reports == []
+
+    # That install made the namespace and then gave the lock up: cleanup now removes it.
+    kube.add_namespace(BOB_NS, namespace_labels(live(kube)))
+    del kube.leases[(TENANT_NAMESPACE, "lock-vcluster-bob-dev")]
+    with pytest.raises(NotReadyYet, match=f"namespace {BOB_NS} to be deleted"):
+        run_cleanup(kube, helm, api, obj)
+    assert kube.writes["namespace delete"] == 1 and live(kube).has_finalizer
+
+
 def test_install_that_waited_for_the_release_finds_it_provisioned_and_adds_nothing(
     kube: FakeKube, helm: FakeHelm
 ) -> None:
@@ -1572,17 +1619,18 @@ def test_install_that_waited_for_the_release_finds_it_provisioned_and_adds_nothi
     assert live(kube).status.phase == "Provisioning"
 
 
-# one helm operation per release across processes ------------------------------------------------
+# one install or cleanup of a Tenant's namespace at a time across processes ----------------------
 
 
-def test_install_waits_while_another_process_holds_the_release_lease(kube: FakeKube, helm: FakeHelm) -> None:
+def test_install_waits_while_another_process_holds_the_work_lock(kube: FakeKube, helm: FakeHelm) -> None:
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
-    kube.leases[(BOB_NS, f"{BOB_RELEASE}-helm")] = "another-pod/1/1"
-    with pytest.raises(WorkInHand, match="another process is running helm on release vcluster-bob-dev/vc-bob-dev"):
+    kube.leases[(TENANT_NAMESPACE, "lock-vcluster-bob-dev")] = "another-pod/1/1"
+    with pytest.raises(WorkInHand, match="another process is installing or removing vcluster-bob-dev"):
         run_install(kube, helm, obj)
     assert helm.operations == []
+    assert kube.get_namespace(BOB_NS) is None, "nothing is made without the lock"
 
-    del kube.leases[(BOB_NS, f"{BOB_RELEASE}-helm")]
+    del kube.leases[(TENANT_NAMESPACE, "lock-vcluster-bob-dev")]
     assert run_install(kube, helm, current(kube, TENANT_NAMESPACE, "bob-dev")) is not None
     assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
-    assert kube.leases == {}, "the Lease is given up after the helm operation"
+    assert (TENANT_NAMESPACE, "lock-vcluster-bob-dev") not in kube.leases, "the lock is given up after the work"

@@ -1,5 +1,6 @@
-"""The release Lease (shared/locks.py): held for as long as the helm operation runs, renewed by a
-thread of its own, given up after; a Lease lost meanwhile is said loudly."""
+"""The work lock of a Tenant's namespace (shared/locks.py): a Lease in the Tenants' namespace, held
+for as long as install's or cleanup's work runs, renewed by a thread of its own, given up after; a
+Lease lost meanwhile is said loudly."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import pytest
 
 from shared import locks
 from shared.errors import WorkInHand
+from shared.naming import TenantNames
 
 from .fakes import FakeKube
 
-NS, RELEASE = "vcluster-bob-dev", "vc-bob-dev"
-LEASE = (NS, f"{RELEASE}-helm")
+NS = "kubeopera-system"
+NAMES = TenantNames.of("bob-dev", "7c9e6679-7425-40de-944b-e07fc1f90ae7")
+LEASE = (NS, "lock-vcluster-bob-dev")
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +25,7 @@ def quick_renewal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_lease_is_renewed_while_the_operation_runs_and_given_up_after(kube: FakeKube) -> None:
-    with locks.release_lease(kube, NS, RELEASE):
+    with locks.work_lock(kube, NS, NAMES):
         holder = kube.leases[LEASE]
         time.sleep(0.2)  # a helm run longer than several renewals
         assert kube.leases[LEASE] == holder
@@ -35,7 +38,7 @@ def test_the_lease_is_renewed_while_the_operation_runs_and_given_up_after(kube: 
 def test_a_quick_operation_is_not_renewed(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(locks, "RENEW_SECONDS", 60.0)
     started = time.monotonic()
-    with locks.release_lease(kube, NS, RELEASE):
+    with locks.work_lock(kube, NS, NAMES):
         pass
     assert time.monotonic() - started < 5  # stopping the renewal does not wait out its interval
     assert kube.calls["acquire_lease"] == 1 and LEASE not in kube.leases
@@ -43,18 +46,19 @@ def test_a_quick_operation_is_not_renewed(kube: FakeKube, monkeypatch: pytest.Mo
 
 def test_another_holder_is_refused_and_nothing_is_renewed(kube: FakeKube) -> None:
     kube.leases[LEASE] = "another-pod/1/1"
-    refused = pytest.raises(WorkInHand, match=f"another process is running helm on release {NS}/{RELEASE}")
-    with refused, locks.release_lease(kube, NS, RELEASE):
+    said = r"another process is installing or removing vcluster-bob-dev \(Lease kubeopera-system/lock-vcluster-bob-dev"
+    refused = pytest.raises(WorkInHand, match=said)
+    with refused, locks.work_lock(kube, NS, NAMES):
         raise AssertionError("the block must not run")
     time.sleep(0.1)
     assert kube.calls["acquire_lease"] == 1 and kube.leases[LEASE] == "another-pod/1/1"
 
 
 def test_a_lease_taken_over_meanwhile_is_logged_as_an_error(kube: FakeKube, caplog: pytest.LogCaptureFixture) -> None:
-    with locks.release_lease(kube, NS, RELEASE):
+    with locks.work_lock(kube, NS, NAMES):
         kube.leases[LEASE] = "another-pod/1/1"  # ran out during an API outage, and was taken
         time.sleep(0.2)
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
-        "the release Lease was taken over while helm ran"
+        "the work Lease was taken over while the work ran"
     ]
     assert kube.leases[LEASE] == "another-pod/1/1"  # theirs now: not given up on their behalf
