@@ -357,23 +357,30 @@ def test_each_function_runs_as_its_own_service_account(pipeline: Stack) -> None:
     assert write.returncode != 0 and "forbidden" in write.stderr.lower()
 
 
-def test_failure_is_dead_lettered_to_failed_and_retry_provisions_it(
+def test_an_object_in_the_way_fails_the_tenant_at_once_and_retry_provisions_it(
     pipeline: Stack, kube: Kube, alice: Tenant, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A release that cannot install (a foreign object in the way) ends Failed with the reason;
-    once the obstacle is gone, `kubeopera-tenants retry` brings the Tenant to Ready."""
+    """A release that cannot install (a foreign object in the way, which helm will not adopt) ends
+    Failed at once, naming it: install answers 422 and the broker does not retry. Once the
+    obstacle is gone, `kubeopera-tenants retry` brings the Tenant to Ready."""
     name, cs_id = "dave-blocked", "5b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"
     # The namespace as the previous version labelled it for this Tenant (so install adopts it),
     # with an object in the way of the chart.
     legacy_namespace(pipeline, name, cs_id)
     pipeline.kubectl("create", "serviceaccount", f"vc-vc-{name}", "-n", f"vcluster-{name}")
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs_id))
-    failed = wait_for(f"{name} Failed", lambda: phase_of(kube, name, "Failed"), timeout=120)
-    assert "could not be delivered to tenant-install" in failed.status.message
-    assert "exists" in failed.status.message
+    failed = wait_for(f"{name} Failed", lambda: phase_of(kube, name, "Failed"), timeout=60)
+    assert f'ServiceAccount "vc-vc-{name}"' in failed.status.message
+    assert "is not this release's" in failed.status.message and "retry the Tenant" in failed.status.message
+    condition = failed.status.condition("Ready")
+    assert condition is not None and condition.reason == "ProvisioningFailed", condition
     assert pipeline.watch.wait_idle(60)  # a delivery is recorded once its answer went back
-    dead = [a for a in pipeline.watch.deliveries() if a.target == "dead-letter" and name in (a.subject or "")]
+    installs = [a for a in pipeline.watch.deliveries() if a.trigger == "tenant-install" and name in (a.subject or "")]
+    assert [a.status for a in installs if a.target == "subscriber"] == [422], "refused once, not retried"
+    # The 422's dead letter finds the outcome recorded for that generation and changes nothing.
+    dead = [a for a in installs if a.target == "dead-letter"]
     assert dead and dead[-1].status == 204
+    assert phase_of(kube, name, "Failed") is not None
 
     kubeconfig = str(pipeline.admin_kubeconfig)
     assert cli_main(["retry", "alice-default", "--kubeconfig", kubeconfig]) == 1
