@@ -32,6 +32,10 @@ namespace (``shared.locks``: no install of it runs meanwhile, in any pod):
    API server delete the Tenant), and kubeopera-api is told the CloudSpace is ``deleted``
    (non-fatal, once, and not when another Tenant still claims the same ``cloudSpaceID``).
 
+The same event with ``orphan`` (resync's, for a ``vcluster-*`` namespace whose owner Tenant no
+longer exists, ``ownership.orphaned_by``) removes that namespace and the stored kubeconfig of the
+gone Tenant, after checking again under the namespace's work lock that it is gone.
+
 Every step is safe to repeat; a Tenant that never got far (no namespace, no Secret), is Failed,
 or whose namespace is already gone goes straight to step 4. A cleanup that the broker gave up on
 (dead-lettered: Failed, reason ``CleanupFailed``) waits, as every Failed Tenant does, until its
@@ -46,12 +50,13 @@ from typing import TYPE_CHECKING
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import claims, events, lifecycle
-from shared.errors import CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
+from shared import claims, events, lifecycle, metrics
+from shared.errors import BadEvent, CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
 from shared.http import Step, function_app
 from shared.kube import Kube
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
 from shared.locks import work_lock
+from shared.naming import LABEL_OWNER_UID, LABEL_TENANT_ID, TenantNames
 from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
@@ -82,6 +87,11 @@ def owned(verdict: Verdict) -> bool:
 def handle(
     kube: Kube, helm: Helm, api: KubeoperaApi, settings: Settings, event: BaseCloudEvent, ref: TenantRef
 ) -> BaseCloudEvent | None:
+    data = event.get_data()
+    orphan = data.get("orphan") if isinstance(data, dict) else None
+    if orphan is not None:
+        _remove_orphan(kube, settings, ref, orphan)
+        return None
     tenant = _to_clean(kube, ref)
     if tenant is None:
         return None
@@ -155,6 +165,38 @@ def _clean(
     log.info("cleanup finished; finalizer removed")
     _tell_kubeopera_api(kube, api, tenant)
     return None
+
+
+def _remove_orphan(kube: Kube, settings: Settings, ref: TenantRef, namespace: object) -> None:
+    """resync's ``orphan``: namespace ``vcluster-<t>`` and the stored kubeconfig of a Tenant
+    (``ref``) that no longer exists. Under the namespace's work lock, everything is checked again:
+    the Tenant is gone (none at its name, or one of another uid), the namespace still carries its
+    uid and is not already going; then it is deleted (helm's records and the vCluster go with it),
+    and the kubeconfig Secret its labels name if that still carries the same uid. Nothing of a
+    living Tenant is ever touched. Logged, and counted in ``kubeopera_tenant_orphans_removed_total``."""
+    if not isinstance(namespace, str) or not namespace.startswith("vcluster-"):
+        raise BadEvent(f"event data: orphan must name a vcluster-* namespace, got {namespace!r}")
+    found = kube.get_namespace(namespace)
+    if found is None or found.terminating or found.labels.get(LABEL_OWNER_UID) != ref.uid:
+        log.info("orphaned namespace already gone, going, or not the named owner's", extra={"namespace": namespace})
+        return
+    names = TenantNames.of(namespace.removeprefix("vcluster-"), found.labels.get(LABEL_TENANT_ID, ""))
+    with work_lock(kube, settings.tenant_namespace, names):
+        found = kube.get_namespace(namespace)
+        live = kube.get_tenant(ref.namespace, ref.name)
+        if live is not None and live.uid == ref.uid:
+            log.info("the owner of the namespace exists; it is not an orphan", extra={"namespace": namespace})
+            return
+        extra = {"namespace": namespace, "owner": ref.key, "ownerUID": ref.uid}
+        if found is not None and not found.terminating and found.labels.get(LABEL_OWNER_UID) == ref.uid:
+            kube.delete_namespace(namespace)
+            metrics.ORPHANS_REMOVED.labels("namespace").inc()
+            log.warning("deleted a namespace left behind by a Tenant that no longer exists", extra=extra)
+        secret = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
+        if secret is not None and secret.labels.get(LABEL_OWNER_UID) == ref.uid:
+            kube.delete_secret(settings.tenant_namespace, names.kubeconfig_secret, secret.resource_version)
+            metrics.ORPHANS_REMOVED.labels("kubeconfig").inc()
+            log.warning("deleted a stored kubeconfig left behind by a Tenant that no longer exists", extra=extra)
 
 
 def _wait(kube: Kube, settings: Settings, tenant: Tenant, event: BaseCloudEvent, message: str) -> BaseCloudEvent:

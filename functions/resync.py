@@ -20,6 +20,8 @@ Ready, the kubeconfig Secret missing or not vcluster's    ``io.kubeopera.tenant.
 Ready, ``CallbackDelivered=False``                        ``io.kubeopera.tenant.kubeconfig.stored``
 Ready, its reads in the Tenant's namespace refused (403)  ``io.kubeopera.tenant.install``
 being deleted, cleanup never started or stalled           ``io.kubeopera.tenant.cleanup``
+gone, its vcluster-* namespace left behind (a finalizer    ``io.kubeopera.tenant.cleanup`` with
+removed by hand), older than ``ORPHAN_GRACE_SECONDS``      ``orphan``: cleanup removes it
 Failed (waiting for a person), or Ready with no drift     nothing
 ========================================================  =========================================
 
@@ -61,11 +63,12 @@ from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Kube
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.ownership import orphaned_by
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.sink import Sink
-from shared.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, parse_time, rfc3339, utcnow
+from shared.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
 
 NAME = "resync"
 log = logging.getLogger(__name__)
@@ -194,6 +197,7 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
             log.info("re-driving", extra={"redrive": action.name, "phase": str(tenant.status.phase)})
             _redrive(kube, sink, settings, tenant, action, moment, drifts.get(tenant.key))
         counts[action.name] = counts.get(action.name, 0) + 1
+    counts.update(orphans(kube, sink, settings, tenants, moment))
     count_phases(tenants)
     count_expiring([d.expires for d in drifts.values() if d.expires is not None], moment)
     for key, drift in sorted(drifts.items()):
@@ -204,6 +208,35 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
             )
     log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
     return counts
+
+
+def orphans(kube: Kube, sink: Sink, settings: Settings, tenants: Sequence[Tenant], now: datetime) -> dict[str, int]:
+    """The vcluster-* namespaces whose owner Tenant no longer exists (``ownership.orphaned_by``:
+    deleted without its cleanup, its finalizer removed by hand): each older than
+    ``ORPHAN_GRACE_SECONDS`` is sent to cleanup (``io.kubeopera.tenant.cleanup`` for the gone
+    owner, with ``orphan``: the namespace), which removes it under the namespace's work lock. The
+    grace covers a Tenant made after this pass listed the Tenants, whose namespace is then new;
+    one LIST of namespaces, by the owner label, a pass."""
+    live = {t.uid for t in tenants}
+    found = sent = 0
+    for namespace in kube.list_owned_namespaces():
+        owner = orphaned_by(namespace.labels, settings.tenant_namespace, live)
+        if owner is None or namespace.terminating or not namespace.name.startswith("vcluster-"):
+            continue
+        found += 1
+        age = (now - namespace.created).total_seconds()
+        extra = {"namespace": namespace.name, "owner": owner.key, "ownerUID": owner.uid, "ageSeconds": round(age)}
+        if age < settings.orphan_grace_seconds:
+            log.info(
+                "namespace of a Tenant that no longer exists; removed once older than ORPHAN_GRACE_SECONDS", extra=extra
+            )
+            continue
+        log.warning("namespace left behind by a Tenant that no longer exists; sending it to cleanup", extra=extra)
+        ref = TenantRef(owner.namespace, owner.name, owner.uid, 0)
+        sink.send(events.make(events.CLEANUP, NAME, ref, orphan=namespace.name))
+        sent += 1
+    metrics.ORPHANED_NAMESPACES.set(found)
+    return {"ORPHAN": sent} if sent else {}
 
 
 def count_phases(tenants: list[Tenant]) -> None:

@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from shared import tracing
 from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
 from shared.isolation import CHART_SELECTOR, PolicyObject
+from shared.naming import LABEL_OWNER_UID
 from shared.rbac import Role, RoleBinding
 from shared.release import SecretMeta
 from shared.senders import Review
@@ -90,6 +91,16 @@ class NamespaceInfo:
     labels: Mapping[str, str]
     terminating: bool
     remaining: str = ""  # while terminating: what the namespace controller says it waits for
+
+
+@dataclass(frozen=True)
+class OwnedNamespace:
+    """A namespace that carries a Tenant's owner labels (``shared.ownership``)."""
+
+    name: str
+    labels: Mapping[str, str]
+    created: datetime
+    terminating: bool
 
 
 @dataclass(frozen=True)
@@ -323,6 +334,22 @@ class Kube:
         return NamespaceInfo(
             dict(current.metadata.labels or {}), current.metadata.deletion_timestamp is not None, remaining
         )
+
+    def list_owned_namespaces(self) -> list[OwnedNamespace]:
+        """Every namespace that names a Tenant as its owner (label ``kubeopera.io/owner-uid``):
+        one LIST, however many there are."""
+        listed = _call(
+            "list namespaces", lambda: self._core.list_namespace(label_selector=LABEL_OWNER_UID, timeout_seconds=30)
+        )
+        return [
+            OwnedNamespace(
+                ns.metadata.name,
+                dict(ns.metadata.labels or {}),
+                ns.metadata.creation_timestamp,
+                ns.metadata.deletion_timestamp is not None,
+            )
+            for ns in listed.items
+        ]
 
     def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
         """Create the namespace with ``labels``; False if it exists already (then nothing changed)."""

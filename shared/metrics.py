@@ -133,6 +133,17 @@ KUBECONFIG_SOONEST_EXPIRY = Gauge(
     "Seconds until the first Ready Tenant's kubeconfig client certificate expires, as of resync's last tick",
     multiprocess_mode="livemostrecent",
 )
+ORPHANED_NAMESPACES = Gauge(
+    "kubeopera_tenant_orphaned_namespaces",
+    "vcluster-* namespaces whose owner Tenant no longer exists, as of resync's last tick (each is sent "
+    "to cleanup once older than ORPHAN_GRACE_SECONDS)",
+    multiprocess_mode="livemostrecent",
+)
+ORPHANS_REMOVED = Counter(
+    "kubeopera_tenant_orphans_removed_total",
+    "Objects left behind by a Tenant that no longer exists, removed by cleanup",
+    ["kind"],
+)
 
 
 def start(function: str) -> None:

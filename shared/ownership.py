@@ -19,13 +19,14 @@ FOREIGN     has none of our labels (made by hand, or by something else)      ref
 
 For OTHER the owner's Tenant is looked up (``OwnerState``): still there, being deleted, or gone
 (a leftover). ``refusal`` turns a claim into the error the Tenant is failed with; it never
-suggests adopting silently, and always names what to do.
+suggests adopting silently, and always names what to do. ``orphaned_by`` finds a leftover without
+a Tenant asking: resync sends each such namespace to cleanup, which removes it.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +157,16 @@ def judge(labels: Mapping[str, str] | None, tenant: Tenant, legacy: Mapping[str,
     if legacy and all(labels.get(k) == v for k, v in legacy.items()):
         return Verdict(Claim.ADOPT)
     return Verdict(Claim.FOREIGN)
+
+
+def orphaned_by(labels: Mapping[str, str], namespace: str, live_uids: Collection[str]) -> Owner | None:
+    """The Tenant in ``namespace`` (the Tenants' namespace) that an object's owner labels name, when
+    no Tenant of that uid is there any more (``live_uids``): it went without its cleanup, and what
+    it made is left behind. None when the owner lives, or the labels name none or another place."""
+    uid = labels.get(LABEL_OWNER_UID)
+    if not uid or uid in live_uids or labels.get(LABEL_OWNER_NAMESPACE) != namespace:
+        return None
+    return Owner(namespace, labels.get(LABEL_OWNER_NAME, "?"), uid)
 
 
 def owner_state(owner: Owner, live: Tenant | None) -> OwnerState:

@@ -58,6 +58,9 @@ class Settings:
     stuck_release_seconds: int = 180
     # HELM_DEADLINE_SECONDS: a helm process still running after this is stopped (TERM, then KILL).
     helm_deadline_seconds: int = 120
+    # ORPHAN_GRACE_SECONDS: a vcluster-* namespace whose owner Tenant no longer exists is removed
+    # (resync finds it, cleanup removes it) once it is older than this.
+    orphan_grace_seconds: int = 600
     chart_cache_dir: Path = Path("/tmp/kubeopera-tenants/charts")
     helm_executable: str = "helm"
     sink_url: str = ""  # K_SINK: where a function sends events of its own (resync; SinkBinding sets it)
@@ -142,6 +145,7 @@ class Settings:
             cleanup_stall_seconds=_positive_int(env, "CLEANUP_STALL_SECONDS", defaults.cleanup_stall_seconds),
             stuck_release_seconds=stuck,
             helm_deadline_seconds=deadline,
+            orphan_grace_seconds=_positive_int(env, "ORPHAN_GRACE_SECONDS", defaults.orphan_grace_seconds),
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),
             sink_url=get("K_SINK", defaults.sink_url),

@@ -48,6 +48,7 @@ STUCK_SECONDS = 12
 HELM_DEADLINE_SECONDS = 9  # three times what a helm run of the stand-in chart takes on a busy machine
 TIMEOUT_SECONDS = 15  # PROVISION_TIMEOUT_SECONDS
 STALL_SECONDS = 20  # CLEANUP_STALL_SECONDS: a deletion that has not moved this long is given up
+ORPHAN_GRACE_SECONDS = 5  # a namespace whose owner Tenant is gone is removed once this old
 
 
 HUNG_HELM = 86398  # the number of the sleep a hung helm is (no other process sleeps this long)
@@ -80,7 +81,11 @@ def pipeline(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> 
         helm_deadline_seconds=HELM_DEADLINE_SECONDS,
         provision_timeout_seconds=TIMEOUT_SECONDS,
         vcluster_never_boot=r"vc-stuck-.*",
-        function_env={"CLEANUP_STALL_SECONDS": str(STALL_SECONDS), "HELM_EXECUTABLE": str(hangs_once)},
+        function_env={
+            "CLEANUP_STALL_SECONDS": str(STALL_SECONDS),
+            "HELM_EXECUTABLE": str(hangs_once),
+            "ORPHAN_GRACE_SECONDS": str(ORPHAN_GRACE_SECONDS),
+        },
     )
     with start_stack(options) as stack:
         # These tests send resync's tick themselves, when a fault needs it: the stack holds the
@@ -461,6 +466,31 @@ def test_a_deletion_while_install_creates_the_namespace_leaves_nothing_behind(
     assert not exists(pipeline, "lease", f"cloudspace-{cs(22)}", "-n", TENANT_NAMESPACE)
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-race", cs(22)))
     report("Tenant deleted while install creates its namespace", ready(kube, "fa-race"), started)
+
+
+def test_a_tenant_gone_without_its_cleanup_leaves_nothing_for_long(pipeline: Stack, kube: Kube) -> None:
+    """Issue 26 item 4: a Ready Tenant's finalizer is removed by hand and the Tenant deleted, so no
+    cleanup runs. resync's next pass finds its namespace by the owner labels (older than
+    ORPHAN_GRACE_SECONDS) and sends it to cleanup, which removes the namespace and the stored
+    kubeconfig; a new Tenant of that name then reaches Ready, where before it was Failed with
+    "left behind by Tenant ... which no longer exists"."""
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-orphan", cs(23)))
+    ready(kube, "fa-orphan")
+    secret = f"tenant-{cs(23)}-kubeconfig"
+    assert exists(pipeline, "secret", secret, "-n", TENANT_NAMESPACE)
+    pipeline.kubectl(
+        "patch", "kt", "fa-orphan", "-n", TENANT_NAMESPACE, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+    )
+    pipeline.kubectl("delete", "kt", "fa-orphan", "-n", TENANT_NAMESPACE)
+    assert exists(pipeline, "namespace", "vcluster-fa-orphan"), "left behind"
+    tick(pipeline)
+    wait_for("vcluster-fa-orphan gone", lambda: not exists(pipeline, "namespace", "vcluster-fa-orphan"), timeout=60)
+    assert not exists(pipeline, "secret", secret, "-n", TENANT_NAMESPACE)
+    log = (pipeline.log_dir() / "tenant-cleanup.log").read_text(errors="replace")
+    assert "deleted a namespace left behind by a Tenant that no longer exists" in log
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-orphan", cs(23)))
+    report("Tenant gone without its cleanup (finalizer removed by hand)", ready(kube, "fa-orphan"), started)
 
 
 def test_a_vcluster_booted_with_the_wrong_service_range_is_never_ready(

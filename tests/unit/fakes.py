@@ -19,6 +19,7 @@ import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from cloudevents.core.base import BaseCloudEvent
@@ -30,9 +31,9 @@ from shared import events, tracing
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
 from shared.helm import Guard, Keep
 from shared.isolation import PolicyObject, policy_objects
-from shared.kube import Marker, NamespaceInfo, Rollout, StoredSecret, Volume
+from shared.kube import Marker, NamespaceInfo, OwnedNamespace, Rollout, StoredSecret, Volume
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.naming import DEFAULT_TENANT_NAMESPACE, VCLUSTER_CONFIG_KEY
+from shared.naming import DEFAULT_TENANT_NAMESPACE, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.rbac import Role, RoleBinding
 from shared.release import DEPLOYED, PENDING_STATES, RECORD_TYPE, ReleaseState, SecretMeta, record_name
 from shared.runtime import Runtime
@@ -43,6 +44,7 @@ TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE
 USER_ID = "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b"
 CHART_VERSION = "0.21.2"
 DELETED_AT = "2026-11-30T13:00:00Z"
+NAMESPACES_MADE = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # a namespace added by a test, unless it says
 
 # The fields the CRD makes selectable (deploy/crd/tenants.yaml), as list_tenants supports them.
 _SELECTABLE = {"spec.tenantName": "tenantName", "spec.cloudSpaceID": "cloudSpaceID"}
@@ -206,8 +208,10 @@ class FakeKube:
         obj["metadata"]["resourceVersion"] = self._next_version()
         return copy.deepcopy(obj)
 
-    def add_namespace(self, name: str, labels: Mapping[str, str], terminating: bool = False) -> None:
-        self.namespaces[name] = {"labels": dict(labels), "terminating": terminating}
+    def add_namespace(
+        self, name: str, labels: Mapping[str, str], terminating: bool = False, created: datetime = NAMESPACES_MADE
+    ) -> None:
+        self.namespaces[name] = {"labels": dict(labels), "terminating": terminating, "created": created}
 
     def finish_namespace_deletion(self, name: str) -> None:
         """The namespace controller is done: a terminating namespace disappears, and what was in it
@@ -344,7 +348,7 @@ class FakeKube:
         if name in self.namespaces:
             return False
         self._write("namespace create", name)
-        self.namespaces[name] = {"labels": dict(labels), "terminating": False}
+        self.namespaces[name] = {"labels": dict(labels), "terminating": False, "created": datetime.now(UTC)}
         return True
 
     def label_namespace(self, name: str, labels: Mapping[str, str]) -> None:
@@ -353,6 +357,14 @@ class FakeKube:
             raise LookupError(f"namespace {name} not found")
         self._write("namespace label", name)
         self.namespaces[name]["labels"].update(labels)
+
+    def list_owned_namespaces(self) -> list[OwnedNamespace]:
+        _tally(self.calls, "list_owned_namespaces")
+        return [
+            OwnedNamespace(name, dict(ns["labels"]), ns.get("created", NAMESPACES_MADE), ns["terminating"])
+            for name, ns in sorted(self.namespaces.items())
+            if LABEL_OWNER_UID in ns["labels"]
+        ]
 
     def delete_namespace(self, name: str) -> None:
         _tally(self.calls, "delete_namespace")

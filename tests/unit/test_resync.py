@@ -323,10 +323,17 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
     assert sink.sent == []
     assert kube.journal == []
     assert kube.writes == writes
-    # per pass one list of Tenants and one of the chart's policies (three LISTs in the adapter);
-    # per Ready Tenant its StatefulSet and the two Secrets, nothing else
+    # per pass one list of Tenants, one of the chart's policies (three LISTs in the adapter) and
+    # one of the owned namespaces (orphans); per Ready Tenant its StatefulSet and the two Secrets
     assert kube.calls == Counter(
-        {"list_tenants": 2, "list_policy_objects": 2, "get_rollout": 6, "get_secret": 6, "read_secret_key": 6}
+        {
+            "list_tenants": 2,
+            "list_policy_objects": 2,
+            "list_owned_namespaces": 2,
+            "get_rollout": 6,
+            "get_secret": 6,
+            "read_secret_key": 6,
+        }
     )
     assert helm.calls == Counter() and helm.operations == operations
 
@@ -366,7 +373,7 @@ def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them
     assert resync(kube, sink, SETTINGS, now=NOW) == {}
 
     assert sink.sent == [] and kube.journal == []
-    assert kube.calls == Counter({"list_tenants": 1})
+    assert kube.calls == Counter({"list_tenants": 1, "list_owned_namespaces": 1})  # none of theirs is read
 
 
 class GrantedReadsOnly(FakeKube):
