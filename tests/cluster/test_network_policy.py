@@ -15,6 +15,8 @@ endpoint); in
 - with alice's policies removed, the same connections to bob's pod and the platform Service
   succeed: the refusals were the engine's doing, not the network's; with the policies back they
   are refused again.
+
+Both Tenants are deleted at the end, and waited for until gone.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import pytest
 from e2e.support import wait_for
 
-from testbed.cluster.stack import EVENTING_NAMESPACE, ClusterStack
+from testbed.cluster.stack import EVENTING_NAMESPACE, NAMESPACE, ClusterStack
 from testbed.images.catalog import FUNCTION_IMAGE
 
 from .support import phase, tenant
@@ -143,6 +145,10 @@ def _is_ready(cluster: ClusterStack, name: str) -> bool:
     return phase(cluster, name) == "Ready"
 
 
+def _gone(cluster: ClusterStack, name: str) -> bool:
+    return not cluster.kubectl("get", "tenant", name, "-n", NAMESPACE, "--ignore-not-found", "-o", "name").strip()
+
+
 def _policies(cluster: ClusterStack) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cluster.get("networkpolicy", "-n", ALICE)["items"]
     return items
@@ -212,3 +218,10 @@ def test_alices_workload_reaches_only_her_control_plane_and_dns(cluster: Cluster
     finally:
         for namespace, name in ((ALICE, "alice-app"), (ALICE, "alice-cp"), (BOB, "bob-app")):
             cluster.kubectl("delete", "pod", name, "-n", namespace, "--ignore-not-found", "--wait=false")
+        # alice's API is unreachable now (its EndpointSlice is gone). Should the cluster's real
+        # resync tick have come while her policies were removed, resync set her Pending and
+        # check-ready polls her for ever; the Tenants go, so nothing of this test is left to wake
+        # a function (tests/cluster/test_scaling.py waits for every one at zero).
+        cluster.kubectl("delete", "tenant", "alice", "bob", "-n", NAMESPACE, "--wait=false")
+        for name in ("alice", "bob"):
+            wait_for(f"{name} gone", functools.partial(_gone, cluster, name), timeout=300)

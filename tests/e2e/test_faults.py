@@ -479,10 +479,15 @@ def test_a_tenant_gone_without_its_cleanup_leaves_nothing_for_long(pipeline: Sta
     ready(kube, "fa-orphan")
     secret = f"tenant-{cs(23)}-kubeconfig"
     assert exists(pipeline, "secret", secret, "-n", TENANT_NAMESPACE)
-    pipeline.kubectl(
-        "patch", "kt", "fa-orphan", "-n", TENANT_NAMESPACE, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
-    )
-    pipeline.kubectl("delete", "kt", "fa-orphan", "-n", TENANT_NAMESPACE)
+    # Unseen by the router (which would send a Tenant without its finalizer to install, and install
+    # would put it back): the adapter is down while a person removes it and deletes the Tenant.
+    pipeline.stop_adapter()
+    try:
+        unfinalized = '{"metadata":{"finalizers":null}}'
+        pipeline.kubectl("patch", "kt", "fa-orphan", "-n", TENANT_NAMESPACE, "--type=merge", "-p", unfinalized)
+        pipeline.kubectl("delete", "kt", "fa-orphan", "-n", TENANT_NAMESPACE)
+    finally:
+        start_adapter_again(pipeline)
     assert exists(pipeline, "namespace", "vcluster-fa-orphan"), "left behind"
     tick(pipeline)
     wait_for("vcluster-fa-orphan gone", lambda: not exists(pipeline, "namespace", "vcluster-fa-orphan"), timeout=60)
