@@ -53,10 +53,10 @@ from flask import Flask
 from shared import claims, events, lifecycle, metrics
 from shared.errors import BadEvent, CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
 from shared.http import Step, function_app
-from shared.kube import Kube
+from shared.kube import Kube, NamespaceInfo
 from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
 from shared.locks import work_lock
-from shared.naming import LABEL_OWNER_UID, LABEL_TENANT_ID, TenantNames
+from shared.naming import LABEL_OWNER_UID, LABEL_TENANT_ID, TenantNames, tenant_name_in
 from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
@@ -174,21 +174,21 @@ def _remove_orphan(kube: Kube, settings: Settings, ref: TenantRef, namespace: ob
     uid and is not already going; then it is deleted (helm's records and the vCluster go with it),
     and the kubeconfig Secret its labels name if that still carries the same uid. Nothing of a
     living Tenant is ever touched. Logged, and counted in ``kubeopera_tenant_orphans_removed_total``."""
-    if not isinstance(namespace, str) or not namespace.startswith("vcluster-"):
+    tenant_name = tenant_name_in(namespace) if isinstance(namespace, str) else None
+    if not isinstance(namespace, str) or tenant_name is None:
         raise BadEvent(f"event data: orphan must name a vcluster-* namespace, got {namespace!r}")
     found = kube.get_namespace(namespace)
-    if found is None or found.terminating or found.labels.get(LABEL_OWNER_UID) != ref.uid:
+    if found is None or not _left_by(found, ref):
         log.info("orphaned namespace already gone, going, or not the named owner's", extra={"namespace": namespace})
         return
-    names = TenantNames.of(namespace.removeprefix("vcluster-"), found.labels.get(LABEL_TENANT_ID, ""))
+    names = TenantNames.of(tenant_name, found.labels.get(LABEL_TENANT_ID, ""))
     with work_lock(kube, settings.tenant_namespace, names):
-        found = kube.get_namespace(namespace)
         live = kube.get_tenant(ref.namespace, ref.name)
         if live is not None and live.uid == ref.uid:
             log.info("the owner of the namespace exists; it is not an orphan", extra={"namespace": namespace})
             return
         extra = {"namespace": namespace, "owner": ref.key, "ownerUID": ref.uid}
-        if found is not None and not found.terminating and found.labels.get(LABEL_OWNER_UID) == ref.uid:
+        if _left_by(kube.get_namespace(namespace), ref):
             kube.delete_namespace(namespace)
             metrics.ORPHANS_REMOVED.labels("namespace").inc()
             log.warning("deleted a namespace left behind by a Tenant that no longer exists", extra=extra)
@@ -197,6 +197,11 @@ def _remove_orphan(kube: Kube, settings: Settings, ref: TenantRef, namespace: ob
             kube.delete_secret(settings.tenant_namespace, names.kubeconfig_secret, secret.resource_version)
             metrics.ORPHANS_REMOVED.labels("kubeconfig").inc()
             log.warning("deleted a stored kubeconfig left behind by a Tenant that no longer exists", extra=extra)
+
+
+def _left_by(found: NamespaceInfo | None, ref: TenantRef) -> bool:
+    """The namespace exists, is not already going, and still names ``ref``'s uid as its owner."""
+    return found is not None and not found.terminating and found.labels.get(LABEL_OWNER_UID) == ref.uid
 
 
 def _wait(kube: Kube, settings: Settings, tenant: Tenant, event: BaseCloudEvent, message: str) -> BaseCloudEvent:

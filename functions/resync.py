@@ -62,7 +62,7 @@ from shared.errors import Forbidden, ProvisionTimeout
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Kube
-from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name_in
 from shared.ownership import orphaned_by
 from shared.reconcile import mark_failed, write_status
 from shared.runtime import Runtime
@@ -221,7 +221,7 @@ def orphans(kube: Kube, sink: Sink, settings: Settings, tenants: Sequence[Tenant
     found = sent = 0
     for namespace in kube.list_owned_namespaces():
         owner = orphaned_by(namespace.labels, settings.tenant_namespace, live)
-        if owner is None or namespace.terminating or not namespace.name.startswith("vcluster-"):
+        if owner is None or namespace.terminating or tenant_name_in(namespace.name) is None:
             continue
         found += 1
         age = (now - namespace.created).total_seconds()

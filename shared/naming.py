@@ -25,6 +25,7 @@ DEFAULT_TENANT_NAMESPACE = "kubeopera-system"
 TENANT_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$"
 _TENANT_NAME = re.compile(TENANT_NAME_PATTERN)
 RELEASE_NAME_MAX = 53
+NAMESPACE_PREFIX = "vcluster-"  # every Tenant's host namespace is this and its tenantName
 
 LABEL_TENANT_ID = "kubeopera.io/tenant-id"
 # Ownership (design.md section 1): which Tenant object, by uid, caused a namespace, release or
@@ -47,6 +48,11 @@ def check_tenant_name(tenant_name: str) -> str:
             "(3 to 32 lowercase letters, digits or '-', starting and ending with a letter or digit)"
         )
     return tenant_name
+
+
+def tenant_name_in(namespace: str) -> str | None:
+    """The tenantName a host namespace is named for, None when it is not one of ours by name."""
+    return namespace.removeprefix(NAMESPACE_PREFIX) if namespace.startswith(NAMESPACE_PREFIX) else None
 
 
 def check_uuid(field_name: str, value: str) -> str:
@@ -74,7 +80,7 @@ class TenantNames:
 
     @property
     def namespace(self) -> str:
-        return f"vcluster-{self.tenant_name}"
+        return f"{NAMESPACE_PREFIX}{self.tenant_name}"
 
     @property
     def vcluster_secret(self) -> str:

@@ -30,8 +30,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from testbed.controlplane import pki
-
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host"}
+from testbed.standins.service_proxy import HOP_BY_HOP, send_answer
 
 
 class ApiGate:
@@ -90,37 +89,23 @@ class ApiGate:
 
     def _through(self, request: http.server.BaseHTTPRequestHandler) -> None:
         if "watch=true" in request.path or "watch=1" in request.path:
-            self._answer(request, 501, b"watches do not pass the gate")
+            send_answer(request, 501, [("Content-Type", "text/plain")], b"watches do not pass the gate")
             return
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else None
         if self._hold.fullmatch(f"{request.command} {request.path}"):
             self.held.set()
             self._open.wait()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP | {"host"}}
         upstream = http.client.HTTPSConnection(self._host, self._port, context=self._tls, timeout=60)
         try:
             upstream.request(request.command, request.path, body=body, headers=headers)
             response = upstream.getresponse()
             data = response.read()
             self.passed.append(f"{request.command} {request.path} -> {response.status}")
-            request.send_response(response.status)
-            for name, value in response.getheaders():
-                if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
-                    request.send_header(name, value)
-            request.send_header("Content-Length", str(len(data)))
-            request.end_headers()
-            request.wfile.write(data)
+            send_answer(request, response.status, response.getheaders(), data)
         finally:
             upstream.close()
-
-    @staticmethod
-    def _answer(request: http.server.BaseHTTPRequestHandler, status: int, text: bytes) -> None:
-        request.send_response(status)
-        request.send_header("Content-Type", "text/plain")
-        request.send_header("Content-Length", str(len(text)))
-        request.end_headers()
-        request.wfile.write(text)
 
     def __enter__(self) -> ApiGate:
         self._thread.start()

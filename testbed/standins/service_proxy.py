@@ -41,7 +41,8 @@ from urllib.parse import urlsplit
 log = logging.getLogger(__name__)
 
 CLUSTER_DOMAIN = ".svc.cluster.local"
-_HOP_BY_HOP = frozenset(
+# Headers of one hop only, never forwarded (RFC 9110 section 7.6.1; Content-Length is set anew).
+HOP_BY_HOP = frozenset(
     {
         "connection",
         "proxy-connection",
@@ -228,7 +229,7 @@ class ServiceProxy:
         host = url.hostname or request.headers.get("Host", "").split(":")[0]
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         body = request._body()
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP]
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
         kept = {k.lower(): v for k, v in headers if k.lower().startswith("ce-") or k.lower() in _KEPT_REQUEST}
         with self._changed:
             self._in_flight += 1
@@ -240,7 +241,7 @@ class ServiceProxy:
                 data = f"service proxy: no Service answers for {host!r}\n".encode()
             else:
                 status, reply_headers, data = self._exchange(target, request.command, path, headers, body)
-            self._answer(request, status, reply_headers, data)
+            send_answer(request, status, reply_headers, data)
         finally:
             response = {
                 k.lower(): v for k, v in reply_headers if k.lower().startswith("ce-") or k.lower() in _KEPT_RESPONSE
@@ -318,20 +319,6 @@ class ServiceProxy:
                     break  # a fresh one that failed may have delivered (a POST must not go twice)
         return 502, [], f"service proxy: {target[0]}:{target[1]}: {error}\n".encode()
 
-    @staticmethod
-    def _answer(request: _Handler, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-        try:
-            request.send_response_only(status)
-            for key, value in headers:
-                if key.lower() not in _HOP_BY_HOP:
-                    request.send_header(key, value)
-            request.send_header("Content-Length", str(len(data)))
-            request.end_headers()
-            if request.command != "HEAD":
-                request.wfile.write(data)
-        except OSError:  # the client gave up (its request was cancelled)
-            request.close_connection = True
-
 
 def _relay(client: socket.socket, upstream: socket.socket, idle_seconds: float = 60.0) -> None:
     """Copy bytes both ways until either side closes (or nothing moves for ``idle_seconds``)."""
@@ -348,3 +335,20 @@ def _relay(client: socket.socket, upstream: socket.socket, idle_seconds: float =
             if not data:
                 return
             (upstream if sock is client else client).sendall(data)
+
+
+def send_answer(
+    request: http.server.BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], data: bytes
+) -> None:
+    """Answer ``request`` with what the next hop answered, its hop-by-hop headers left out."""
+    try:
+        request.send_response_only(status)
+        for key, value in headers:
+            if key.lower() not in HOP_BY_HOP:
+                request.send_header(key, value)
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        if request.command != "HEAD":
+            request.wfile.write(data)
+    except OSError:  # the client gave up (its request was cancelled)
+        request.close_connection = True
