@@ -13,7 +13,8 @@ the Tenant                                                re-drive
 no status, Pending, a generation not yet observed, or     ``io.kubeopera.tenant.install``
 settled by the version before ownership (no finalizer)
 Provisioning at its generation for longer than a poll     ``io.kubeopera.tenant.provisioning``
-Provisioning past ``PROVISION_TIMEOUT_SECONDS``           resync fails it (``ProvisionTimeout``)
+Provisioning, or Pending (install never got it to         resync fails it (``ProvisionTimeout``)
+Provisioning), past ``PROVISION_TIMEOUT_SECONDS``
 Ready, its release gone (no vCluster StatefulSet), or     phase Pending, then ``...install``
 one of the chart's namespace policies gone                (helm's upgrade makes it again)
 Ready, the kubeconfig Secret missing or not vcluster's    ``io.kubeopera.tenant.ready``
@@ -58,13 +59,13 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared import certificates, events, lifecycle, logs, metrics
-from shared.errors import Forbidden, ProvisionTimeout
+from shared.errors import Forbidden, ProvisionTimeout, TenantError
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Kube
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name_in
 from shared.ownership import orphaned_by
-from shared.reconcile import mark_failed, write_status
+from shared.reconcile import first_sight, mark_failed, write_status
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.sink import Sink
@@ -122,6 +123,8 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     if status.phase == Phase.FAILED:
         return None
     if lifecycle.wants_install(tenant):  # no phase, Pending, a new generation, or no finalizer
+        if status.phase == Phase.PENDING and lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds):
+            return Redrive.TIMEOUT  # install was asked, and never got it to Provisioning
         return Redrive.INSTALL
     if status.phase == Phase.PROVISIONING:
         if since is None:
@@ -154,15 +157,29 @@ def observed(tenant: Tenant) -> bool:
 
 def observe_all(kube: Kube, settings: Settings, tenants: Sequence[Tenant]) -> dict[str, Drift]:
     """``observe`` of each Tenant that is ``observed``, ``OBSERVERS`` at a time, by key. Each read
-    runs in a copy of this context, so its span is a child of the tick's; the first failure is
-    raised (the tick is then re-delivered, and no re-drive of this pass has been sent yet)."""
+    runs in a copy of this context, so its span is a child of the tick's. A Tenant whose reads
+    fail is left out (logged; the next pass looks again): one odd Tenant never stops the pass."""
     wanted = [t for t in tenants if observed(t)]
     if not wanted:
         return {}
     policies = kube.list_policy_objects()
     with ThreadPoolExecutor(max_workers=min(OBSERVERS, len(wanted)), thread_name_prefix="resync-observe") as pool:
-        futures = [pool.submit(contextvars.copy_context().run, observe, kube, settings, t, policies) for t in wanted]
-        return {t.key: f.result() for t, f in zip(wanted, futures, strict=True)}
+        futures = [
+            pool.submit(contextvars.copy_context().run, _observe_or_none, kube, settings, t, policies) for t in wanted
+        ]
+        found = {t.key: f.result() for t, f in zip(wanted, futures, strict=True)}
+    return {key: drift for key, drift in found.items() if drift is not None}
+
+
+def _observe_or_none(
+    kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]
+) -> Drift | None:
+    try:
+        return observe(kube, settings, tenant, policies)
+    except TenantError as err:
+        extra = {"tenant": tenant.key, "error": str(err)}
+        log.warning("could not read the Tenant's vCluster; the next pass looks again", extra=extra)
+        return None
 
 
 def observe(kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]) -> Drift:
@@ -195,7 +212,14 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
             continue
         with logs.bind(tenant=tenant.key):
             log.info("re-driving", extra={"redrive": action.name, "phase": str(tenant.status.phase)})
-            _redrive(kube, sink, settings, tenant, action, moment, drifts.get(tenant.key))
+            try:
+                sends = _redrive(kube, settings, tenant, action, moment, drifts.get(tenant.key))
+            except TenantError as err:  # this Tenant's write; the others' re-drives go on
+                log.warning("re-drive not done; the next pass tries again", extra={"error": str(err)})
+                counts["ERROR"] = counts.get("ERROR", 0) + 1
+                continue
+            for each in sends:
+                sink.send(each)  # the broker down is every Tenant's failure: the tick is re-delivered
         counts[action.name] = counts.get(action.name, 0) + 1
     counts.update(orphans(kube, sink, settings, tenants, moment))
     count_phases(tenants)
@@ -258,18 +282,25 @@ def count_expiring(expiries: list[datetime], now: datetime) -> None:
 
 
 def _redrive(
-    kube: Kube, sink: Sink, settings: Settings, tenant: Tenant, action: Redrive, now: datetime, drift: Drift | None
-) -> None:
+    kube: Kube, settings: Settings, tenant: Tenant, action: Redrive, now: datetime, drift: Drift | None
+) -> tuple[BaseCloudEvent, ...]:
+    """The writes a re-drive makes (raising the Tenant's own errors), and the events to send after."""
     names = tenant.spec.names
     if action == Redrive.TIMEOUT:
         elapsed = lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds) or 0.0
-        message = lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, "found by resync")
+        phase = tenant.status.phase or Phase.PENDING
+        detail = "found by resync" + (f"; last: {tenant.status.message}" if phase == Phase.PENDING else "")
+        message = lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, detail, phase)
         mark_failed(kube, tenant.ref, message, ProvisionTimeout.reason)
-        return
+        return ()
+    if action == Redrive.INSTALL and tenant.status.phase is None and not tenant.deleting:
+        # Pending from now, as install's first sight writes it: the provision timeout counts from
+        # here if install never gets to it (its events lost, its Trigger gone).
+        first_sight(kube, tenant)
     if action == Redrive.CLEANUP:
         # install first: for a Tenant made before install granted cleanup its reads in the
         # namespace, it grants them (access.grant_if_ours); for any other it reads and leaves.
-        sink.send(events.make(events.INSTALL, NAME, tenant.ref))
+        return (events.make(events.INSTALL, NAME, tenant.ref), events.make(events.CLEANUP, NAME, tenant.ref))
     if action == Redrive.REINSTALL and drift is not None:
         tenant = write_status(
             kube,
@@ -284,7 +315,7 @@ def _redrive(
         )
         action = Redrive.INSTALL
     extra = {"kubeconfigSecret": names.kubeconfig_secret} if action == Redrive.NOTIFY else {}
-    sink.send(events.make(action.value, NAME, tenant.ref, **extra))
+    return (events.make(action.value, NAME, tenant.ref, **extra),)
 
 
 def create_app(runtime: Runtime | None = None) -> Flask:

@@ -22,11 +22,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from shared import lifecycle
 from shared.errors import Conflict, TenantError
 from shared.kube import Kube
 from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.reconcile import retry_update
 from shared.rotation import RotationError, rotate
-from shared.tenant import Phase, StatusUpdate, Tenant, parse_time, rfc3339, utcnow
+from shared.tenant import Phase, parse_time
 
 COMMANDS_GROUP = "kubeopera_tenants.commands"
 
@@ -75,18 +77,11 @@ def retry(kube: Kube, namespace: str, name: str) -> str:
                 f"error: tenant {namespace}/{name} is {phase}, not Failed; only a Failed tenant is retried"
             )
         try:
-            kube.patch_tenant_status(tenant, _retry_update(tenant))
+            kube.patch_tenant_status(tenant, retry_update(tenant, lifecycle.RETRY_REQUESTED_REASON, "retry requested"))
         except Conflict:
             continue
         return f"tenant {namespace}/{name} patched to Pending; install starts over"
     raise SystemExit(f"error: tenant {namespace}/{name} kept changing; try again")
-
-
-def _retry_update(tenant: Tenant) -> StatusUpdate:
-    return StatusUpdate(
-        phase=Phase.PENDING,
-        fields={"message": f"retry requested at {rfc3339(utcnow())}; was: {tenant.status.message}"[:1024]},
-    )
 
 
 def _on_cluster(args: argparse.Namespace) -> int:

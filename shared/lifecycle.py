@@ -17,10 +17,15 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
 - ``accepted_by_install``: the Pending install writes the first time it sees a Tenant (no
   conditions yet): install is already on it;
 - ``next_step``: what the router sends for a Tenant change (install, cleanup or nothing);
-- ``failed_since``: when the Tenant's last failure was recorded (dead-letter ignores an event made
-  before it: the step recorded its own failure, or a retry has superseded it);
-- ``provision_elapsed``, ``timed_out`` and ``timeout_message``: the provision timeout, counted from
-  install's ``lastSyncedAt``, as check-ready and resync both judge it.
+- ``failed_since``: when the Tenant's last failure or retry was recorded (dead-letter ignores an
+  event made before it: the step recorded its own failure, or a retry has superseded it);
+- ``unacknowledged_retry``: a Failed Tenant patched to Pending by hand (``kubectl patch``), which
+  install marks as a retry when it first sees it (``reconcile.first_sight``);
+- ``provision_started``, ``provision_elapsed``, ``timed_out`` and ``timeout_message``: the
+  provision timeout, as check-ready and resync both judge it, counted from the ``lastSyncedAt`` of
+  the write that began the phase: install's Provisioning, or the Pending that install's first
+  sight, a retry, or resync's re-install wrote. Pending counts too: a Tenant that install never
+  gets to provision (its deliveries lost, its Trigger gone) is Failed, not Pending for ever.
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ CLEANUP_FAILED: Final = CleanupStalled.reason
 # (reconcile.failed_update), and when.
 PROVISIONING_REASON: Final = "Provisioning"
 NOT_SERVING_REASON: Final = "VClusterNotServing"
+# The Ready condition's reasons of a retry, each with the ``lastSyncedAt`` of when it was made:
+# ``kubeopera-tenants retry`` writes RetryRequested with the phase Pending; install writes
+# RetryAccepted when it first sees a Tenant patched to Pending by hand, which kept its failure's.
+RETRY_REQUESTED_REASON: Final = "RetryRequested"
+RETRY_ACCEPTED_REASON: Final = "RetryAccepted"
+_ON_ITS_WAY: Final = frozenset({PROVISIONING_REASON, NOT_SERVING_REASON})
+_RETRY: Final = frozenset({RETRY_REQUESTED_REASON, RETRY_ACCEPTED_REASON})
 
 
 class DeadLetter(enum.Enum):
@@ -159,15 +171,21 @@ def wants_install(tenant: Tenant) -> bool:
 
 
 def accepted_by_install(tenant: Tenant) -> bool:
-    """The Pending install writes when it first sees a new Tenant, before anything else: phase
-    Pending, no condition yet, at the generation it was created with (1). Every other Pending
-    carries conditions: a Failed Tenant patched back to Pending (a retry) kept the Ready=False its
-    failure wrote, and resync's Pending for a Ready Tenant whose release is gone kept the
-    conditions of Ready. So install's own write, and the finalizer it adds next, need no further
-    install: the delivery that wrote them is at work (if it dies, the broker re-delivers its event,
-    and resync re-drives a Tenant left Pending). A spec edited meanwhile is a new generation, and
-    goes to install: the delivery at work may have read the old one."""
-    return tenant.status.phase == Phase.PENDING and not tenant.status.conditions and tenant.generation == 1
+    """A Pending install wrote when it first saw the Tenant, before anything else: for a new
+    Tenant, phase Pending with no condition yet, at the generation it was created with (1); for a
+    Failed one patched to Pending by hand, Ready=False ``RetryAccepted``. Every other Pending is
+    someone else's: ``kubeopera-tenants retry``'s (``RetryRequested``), a hand retry not yet seen
+    (the failure's reason), resync's for a Ready Tenant whose release is gone (the conditions of
+    Ready). So install's own write, and the finalizer it adds next, need no further install: the
+    delivery that wrote them is at work (if it dies, the broker re-delivers its event, and resync
+    re-drives a Tenant left Pending). A spec edited meanwhile is a new generation, and goes to
+    install: the delivery at work may have read the old one."""
+    if tenant.status.phase != Phase.PENDING:
+        return False
+    if not tenant.status.conditions:
+        return tenant.generation == 1
+    ready = tenant.status.condition(COND_READY)
+    return ready is not None and ready.status == "False" and ready.reason == RETRY_ACCEPTED_REASON
 
 
 def next_step(tenant: Tenant) -> str | None:
@@ -182,22 +200,48 @@ def next_step(tenant: Tenant) -> str | None:
 
 
 def failed_since(tenant: Tenant) -> datetime | None:
-    """When the Tenant's last failure was recorded, or None: while its Ready condition is False
-    with a failure's reason, the ``lastSyncedAt`` the failure wrote (``reconcile.failed_update``;
-    not the condition's ``lastTransitionTime``, which moves only when its status does: from
-    install's Ready=False "Provisioning" to a failure it stays). A retry (phase patched to Pending)
-    keeps both until install moves on, so this also dates what a retry supersedes."""
+    """When the Tenant's last failure or retry was recorded, or None: while its Ready condition is
+    False with a failure's reason or a retry's, the ``lastSyncedAt`` that write made
+    (``reconcile.failed_update``, ``reconcile.retry_update``; not the condition's
+    ``lastTransitionTime``, which moves only when its status does: from install's Ready=False
+    "Provisioning" to a failure it stays). An event made before it is superseded: the step
+    recorded its failure, or a retry came after it. A retry by hand (only the phase patched)
+    keeps the failure's until install accepts it (``RetryAccepted``)."""
     if tenant.status.phase not in (Phase.FAILED, Phase.PENDING):  # moved on since (Deleting writes lastSyncedAt)
         return None
     ready = tenant.status.condition(COND_READY)
-    if ready is None or ready.status != "False" or ready.reason in (PROVISIONING_REASON, NOT_SERVING_REASON):
+    if ready is None or ready.status != "False" or ready.reason in _ON_ITS_WAY:
         return None
     return parse_time(tenant.status.last_synced_at)
 
 
+def unacknowledged_retry(tenant: Tenant) -> bool:
+    """Pending, with the Ready=False of a failure still on: a Failed Tenant patched to Pending by
+    hand, whose ``lastSyncedAt`` is still the failure's (not when the retry began)."""
+    ready = tenant.status.condition(COND_READY)
+    return (
+        tenant.status.phase == Phase.PENDING
+        and ready is not None
+        and ready.status == "False"
+        and ready.reason not in _ON_ITS_WAY | _RETRY
+    )
+
+
+def provision_started(tenant: Tenant) -> datetime | None:
+    """When the phase that counts toward the provision timeout began, None when unknown (never
+    timed out then, only checked): a Provisioning Tenant's ``lastSyncedAt`` (install's), a Pending
+    one's (install's first sight, a retry's, or resync's re-install), unless it is a retry by hand
+    that install has not seen yet (its time is the failure's)."""
+    if tenant.status.phase == Phase.PROVISIONING or (
+        tenant.status.phase == Phase.PENDING and not unacknowledged_retry(tenant)
+    ):
+        return parse_time(tenant.status.last_synced_at)
+    return None
+
+
 def provision_elapsed(tenant: Tenant, now: datetime) -> float | None:
-    """Seconds since provisioning began (install's ``lastSyncedAt``), None when unknown."""
-    since = parse_time(tenant.status.last_synced_at)
+    """Seconds since the phase that counts toward the provision timeout began, None when unknown."""
+    since = provision_started(tenant)
     return (now - since).total_seconds() if since else None
 
 
@@ -208,7 +252,10 @@ def timed_out(tenant: Tenant, now: datetime, timeout_seconds: int) -> float | No
     return elapsed if elapsed is not None and elapsed > timeout_seconds else None
 
 
-def timeout_message(elapsed: float, timeout_seconds: int, detail: str) -> str:
+def timeout_message(elapsed: float, timeout_seconds: int, detail: str, phase: Phase = Phase.PROVISIONING) -> str:
     """What a Tenant Failed at its provision timeout says, whoever found it."""
-    began = f"vCluster not ready {elapsed:.0f}s after provisioning began"
+    if phase == Phase.PENDING:
+        began = f"still Pending {elapsed:.0f}s after install was asked for it"
+    else:
+        began = f"vCluster not ready {elapsed:.0f}s after provisioning began"
     return f"{began} (PROVISION_TIMEOUT_SECONDS={timeout_seconds}): {detail}"

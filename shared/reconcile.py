@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from shared import metrics
+from shared import lifecycle, metrics
 from shared.kube import Kube
 from shared.tenant import (
     COND_READY,
@@ -33,16 +33,33 @@ MESSAGE_MAX = 1024
 
 
 def first_sight(kube: Kube, tenant: Tenant) -> Tenant:
-    """A Tenant never seen before (no phase) is written as Pending before anything else."""
-    if tenant.status.phase is not None:
-        return tenant
-    return write_status(
-        kube,
-        tenant,
-        StatusUpdate(
+    """Install's first write for a Tenant, before anything else: a Tenant never seen before (no
+    phase) is written as Pending; a Failed one patched to Pending by hand is marked as a retry
+    (``RetryAccepted``, ``lastSyncedAt`` now), so that its provision timeout and dead letters count
+    from the retry, not from the failure it kept."""
+    if tenant.status.phase is None:
+        update = StatusUpdate(
             phase=Phase.PENDING,
             fields={"message": "accepted; waiting for install", "lastSyncedAt": rfc3339(utcnow())},
-        ),
+        )
+    elif lifecycle.unacknowledged_retry(tenant):
+        update = retry_update(tenant, lifecycle.RETRY_ACCEPTED_REASON, "retry accepted")
+    else:
+        return tenant
+    return write_status(kube, tenant, update)
+
+
+def retry_update(tenant: Tenant, reason: str, what: str) -> StatusUpdate:
+    """Pending again after a failure, marked with when (``lastSyncedAt``) and why (the Ready
+    condition's ``reason``: ``lifecycle.RETRY_REQUESTED_REASON`` or ``RETRY_ACCEPTED_REASON``):
+    events made before it are superseded (``lifecycle.failed_since``) and the provision timeout
+    counts from it (``lifecycle.provision_started``). The failure's message is kept after it."""
+    now = rfc3339(utcnow())
+    message = f"{what} at {now}; was: {tenant.status.message}"[:MESSAGE_MAX]
+    return StatusUpdate(
+        phase=Phase.PENDING,
+        fields={"message": message, "lastSyncedAt": now},
+        conditions=(Condition(COND_READY, "False", reason, message, tenant.generation),),
     )
 
 

@@ -184,3 +184,37 @@ def legacy_namespace(pipeline: Stack, tenant: str, cloud_space_id: str) -> None:
         },
     }
     pipeline.kubectl("apply", "-f", "-", input=json.dumps(namespace))
+
+
+def trigger_dispatched(pipeline: Stack, trigger: str, retry: int | None = None) -> bool:
+    """Whether the in-memory channel's dispatcher delivers to ``trigger``'s subscriber (with
+    ``retry`` retries, when given): the Subscription's delivery copied into the channel's spec, and
+    the channel reporting that generation ready. A Trigger's change is in force only then."""
+    channels = json.loads(pipeline.kubectl("get", "inmemorychannels", "-n", TENANT_NAMESPACE, "-o", "json"))
+    for channel in channels["items"]:
+        ready = {s["uid"]: s for s in channel.get("status", {}).get("subscribers", [])}
+        for sub in channel["spec"].get("subscribers", []):
+            if trigger in sub.get("subscriberUri", "") and (
+                retry is None or sub.get("delivery", {}).get("retry") == retry
+            ):
+                seen = ready.get(sub["uid"], {})
+                return seen.get("observedGeneration") == sub.get("generation") and seen.get("ready") == "True"
+    return False
+
+
+@contextmanager
+def trigger_gone(pipeline: Stack, trigger: str) -> Iterator[None]:
+    """``trigger`` deleted while the block runs (its function gets no event: Knative drops what no
+    Trigger takes), then made again as it was; each waited for until the dispatcher has it."""
+    saved = json.loads(pipeline.kubectl("get", "trigger", trigger, "-n", TENANT_NAMESPACE, "-o", "json"))
+    pipeline.kubectl("delete", "trigger", trigger, "-n", TENANT_NAMESPACE)
+    wait_for(f"{trigger} gone from the channel", lambda: not trigger_dispatched(pipeline, trigger), timeout=60)
+    try:
+        yield
+    finally:
+        metadata = {
+            k: saved["metadata"][k] for k in ("name", "namespace", "labels", "annotations") if k in saved["metadata"]
+        }
+        again = {"apiVersion": saved["apiVersion"], "kind": saved["kind"], "metadata": metadata, "spec": saved["spec"]}
+        pipeline.kubectl("create", "-f", "-", input=json.dumps(again))
+        wait_for(f"{trigger} back in the channel", lambda: trigger_dispatched(pipeline, trigger), timeout=60)

@@ -37,7 +37,7 @@ from testbed.processes import run
 from testbed.toolchain import Toolchain
 
 from .rbac_usage import unused_rules
-from .support import exists, helm, phase_of, tenant_yaml, wait_for
+from .support import exists, helm, phase_of, tenant_yaml, trigger_gone, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -648,6 +648,56 @@ def test_a_lost_chain_past_the_timeout_is_failed_by_resync(pipeline: Stack, kube
     ready = failed.status.condition("Ready")
     assert ready is not None and ready.reason == "ProvisionTimeout"
     report("chain lost, vCluster never boots: failed at the timeout by resync", failed, started)
+
+
+def test_a_tenant_install_never_gets_is_failed_at_the_timeout_and_a_retry_provisions_it(
+    pipeline: Stack, kube: Kube
+) -> None:
+    """Issue 26 item 2: tenant-install's Trigger is gone (deleted by mistake), so the router's
+    install event is dropped and nothing sees the Tenant. resync's pass writes it Pending (from
+    then its provision timeout counts) and re-drives install, dropped too; the first pass past the
+    timeout fails it, saying install never got to it. Before, it stayed without a phase, re-driven
+    every pass, for ever. With the Trigger back, a retry by hand (only the phase patched to Pending,
+    as the original operator's runbook has it) provisions it: install marks the retry, so its clock
+    starts again (the failure's time is long past the timeout)."""
+    name = "fa-no-install"
+    started = time.monotonic()
+    with trigger_gone(pipeline, "tenant-install"):
+        pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs(24)))
+        wait_for(
+            f"the router's delivery for {name}",
+            lambda: [
+                d for d in pipeline.watch.deliveries() if d.trigger == "tenant-router" and name in (d.subject or "")
+            ],
+            timeout=30,
+        )
+        assert pipeline.watch.wait_idle(60)
+        tenant = kube.get_tenant(TENANT_NAMESPACE, name)
+        assert tenant is not None and tenant.status.phase is None, "no install took its event"
+        tick(pipeline)
+        pending = wait_for(f"{name} Pending", lambda: phase_of(kube, name, "Pending"), timeout=30)
+        accepted = parse_time(pending.status.last_synced_at)
+        assert accepted is not None and pending.status.message == "accepted; waiting for install"
+        wait_for(
+            "the provision timeout to pass",
+            lambda: time.time() - accepted.timestamp() > TIMEOUT_SECONDS + 1,
+            timeout=TIMEOUT_SECONDS + 5,
+        )
+        tick(pipeline)
+        failed = wait_for(f"{name} Failed", lambda: phase_of(kube, name, "Failed"), timeout=30)
+    assert failed.status.message.startswith("still Pending "), failed.status.message
+    assert failed.status.message.endswith("found by resync; last: accepted; waiting for install")
+    condition = failed.status.condition("Ready")
+    assert condition is not None and condition.reason == "ProvisionTimeout"
+    report("install's Trigger gone: Pending, failed at the timeout by resync", failed, started)
+
+    retried = time.monotonic()
+    patch = json.dumps({"status": {"phase": "Pending"}})
+    pipeline.kubectl("patch", "kt", name, "-n", TENANT_NAMESPACE, "--subresource=status", "--type=merge", "-p", patch)
+    tenant = ready(kube, name)
+    report("... then the Trigger back and a retry by hand (phase patched to Pending)", tenant, retried)
+    tick(pipeline)  # a pass now finds nothing to time out: the retry's mark, then Ready
+    assert phase_of(kube, name, "Ready") is not None
 
 
 def test_a_deletion_that_stops_moving_fails_saying_what_is_stuck(pipeline: Stack, kube: Kube) -> None:

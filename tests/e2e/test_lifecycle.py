@@ -45,6 +45,7 @@ from .support import (
     ready_and_announced,
     tenant_events,
     tenant_yaml,
+    trigger_dispatched,
     wait_for,
 )
 
@@ -564,21 +565,11 @@ def install_retries(pipeline: Stack, retry: int) -> Iterator[None]:
     def set_retry(value: int) -> None:
         patch = json.dumps({"spec": {"delivery": {"retry": value}}})
         pipeline.kubectl("patch", "trigger", "tenant-install", "-n", TENANT_NAMESPACE, "--type=merge", "-p", patch)
-
-        def dispatched() -> bool:
-            channels = json.loads(pipeline.kubectl("get", "inmemorychannels", "-n", TENANT_NAMESPACE, "-o", "json"))
-            for channel in channels["items"]:
-                ready = {s["uid"]: s for s in channel.get("status", {}).get("subscribers", [])}
-                for sub in channel["spec"].get("subscribers", []):
-                    if (
-                        "tenant-install" in sub.get("subscriberUri", "")
-                        and sub.get("delivery", {}).get("retry") == value
-                    ):
-                        seen = ready.get(sub["uid"], {})
-                        return seen.get("observedGeneration") == sub.get("generation") and seen.get("ready") == "True"
-            return False
-
-        wait_for(f"tenant-install's retry {value} in the dispatcher", dispatched, timeout=60, interval=0.5)
+        wait_for(
+            f"tenant-install's retry {value} in the dispatcher",
+            lambda: trigger_dispatched(pipeline, "tenant-install", value),
+            timeout=60,
+        )
 
     set_retry(retry)
     try:

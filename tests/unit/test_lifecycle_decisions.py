@@ -22,7 +22,7 @@ from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, store_kubeconfig
-from shared import events, locks
+from shared import cli, events, lifecycle, locks
 from shared.errors import (
     CleanupStalled,
     NotReadyYet,
@@ -1367,6 +1367,63 @@ def test_a_steps_own_422_dead_lettered_after_a_retry_leaves_the_retried_tenant_a
     dead_letter.handle(kube, made_before, ref_of(obj))
 
     assert live(kube).status.phase == "Pending" and since(kube, mark) == []
+
+
+def back_dated_failure(kube: FakeKube, obj: dict[str, Any], seconds: int) -> None:
+    """Failed ``seconds`` ago, as check-ready's timeout writes it (lastSyncedAt dates the failure)."""
+    mark_failed(kube, ref_of(obj), "vCluster not ready 16s after provisioning began", "ProvisionTimeout")
+    stored = kube.tenants[(TENANT_NAMESPACE, "bob-dev")]["status"]
+    stored["lastSyncedAt"] = (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_stale_install_event_from_before_a_cli_retry_leaves_the_retried_tenant_alone(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """Issue 26 item 1: an install event made between the failure and ``kubeopera-tenants retry``
+    (a duplicate still in the broker's retries) is dead-lettered after the retry. The retry's mark
+    (RetryRequested, lastSyncedAt now) supersedes it; without the mark, the failure's time was the
+    only date, and the event, newer than it, failed the retried Tenant again."""
+    obj = provision(kube, helm)
+    back_dated_failure(kube, obj, 30)
+    stale = dead_lettered(obj, f"http://tenant-install.{TENANT_NAMESPACE}.svc", "503", b'{"error": "busy"}')
+    stale = CloudEvent(stale.get_attributes() | {"time": datetime.now(UTC) - timedelta(seconds=10)}, stale.get_data())
+
+    assert cli.retry(kube, TENANT_NAMESPACE, "bob-dev").endswith("install starts over")  # type: ignore[arg-type]
+    retried = live(kube)
+    ready = retried.status.condition("Ready")
+    assert retried.status.phase == "Pending" and ready is not None and ready.reason == "RetryRequested"
+    assert retried.status.message.startswith("retry requested at ")
+    assert retried.status.message.endswith("; was: vCluster not ready 16s after provisioning began")
+    assert lifecycle.provision_started(retried) == lifecycle.failed_since(retried) is not None
+    mark = len(kube.journal)
+
+    dead_letter.handle(kube, stale, ref_of(obj))
+
+    assert live(kube).status.phase == "Pending" and since(kube, mark) == []
+
+
+def test_install_marks_a_retry_by_hand_when_it_first_sees_it(kube: FakeKube, helm: FakeHelm) -> None:
+    """A Failed Tenant patched to Pending with ``kubectl`` (only the phase) still carries its
+    failure's time. install's first write for it is the retry's mark (RetryAccepted, lastSyncedAt
+    now), from which its provision timeout counts; then it provisions as usual."""
+    obj = provision(kube, helm)
+    back_dated_failure(kube, obj, 3600)
+    kube.patch_tenant_status(live(kube), StatusUpdate(phase=Phase.PENDING))
+    by_hand = live(kube)
+    assert lifecycle.unacknowledged_retry(by_hand) and lifecycle.provision_started(by_hand) is None
+    mark = len(kube.echoes)
+
+    assert run_install(kube, helm, obj) is not None
+
+    statuses = [echo["status"] for echo in kube.echoes[mark:]]
+    accepted = statuses[0]
+    assert accepted["phase"] == "Pending"
+    assert [(c["type"], c["reason"]) for c in accepted["conditions"] if c["type"] == "Ready"] == [
+        ("Ready", "RetryAccepted")
+    ]
+    assert accepted["message"].startswith("retry accepted at ")
+    assert statuses[-1]["phase"] == "Provisioning"
+    assert live(kube).status.phase == "Provisioning"
 
 
 def test_dead_letter_never_fails_a_ready_tenant(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:

@@ -25,12 +25,13 @@ from prometheus_client import REGISTRY
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
 from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
 from shared import access, certificates, events, lifecycle
-from shared.errors import Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
+from shared.errors import Conflict, Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.http import Step, function_app
 from shared.isolation import PolicyObject, policy_objects
 from shared.kube import Rollout
 from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.reconcile import first_sight
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
@@ -103,6 +104,11 @@ def status(
         "lastSyncedAt": rfc3339(NOW - timedelta(seconds=ago)),
         "conditions": conditions,
     }
+
+
+def pending(ago: float) -> dict[str, Any]:
+    """Pending as install's first sight writes it, ``ago`` seconds before ``NOW``."""
+    return {"phase": "Pending", "lastSyncedAt": rfc3339(NOW - timedelta(seconds=ago)), "message": "accepted"}
 
 
 def tenant(
@@ -182,6 +188,23 @@ DOWN = CallbackResult(False, "answered 502")
         pytest.param(tenant(status("Ready"), finalizer=False), None, Redrive.INSTALL, id="ready-no-finalizer"),
         pytest.param(tenant(status("Provisioning", ago=POLL + 1)), None, Redrive.CHECK, id="provisioning-past-a-poll"),
         pytest.param(tenant(status("Provisioning", ago=TIMEOUT + 1)), None, Redrive.TIMEOUT, id="provisioning-timeout"),
+        pytest.param(tenant(pending(ago=TIMEOUT)), None, Redrive.INSTALL, id="pending-within-the-timeout"),
+        pytest.param(tenant(pending(ago=TIMEOUT + 1)), None, Redrive.TIMEOUT, id="pending-timeout"),
+        pytest.param(
+            tenant(status("Pending", ago=TIMEOUT * 10, ready_reason="ProvisionTimeout")),
+            None,
+            Redrive.INSTALL,
+            id="retried-by-hand-not-yet-seen-by-install",  # its time is the failure's: not counted
+        ),
+        pytest.param(
+            tenant(status("Pending", ago=TIMEOUT + 1, ready_reason="RetryRequested")),
+            None,
+            Redrive.TIMEOUT,
+            id="retry-requested-past-the-timeout",
+        ),
+        pytest.param(
+            tenant(pending(ago=TIMEOUT + 1), deleting=True), None, Redrive.CLEANUP, id="pending-deleted-not-timeout"
+        ),
         pytest.param(tenant(status("Ready")), RELEASE_GONE, Redrive.REINSTALL, id="ready-release-gone"),
         pytest.param(tenant(status("Ready")), KUBECONFIG_STALE, Redrive.STORE, id="ready-kubeconfig-not-current"),
         pytest.param(tenant(status("Ready", callback="False")), NO_DRIFT, Redrive.NOTIFY, id="ready-callback-failed"),
@@ -336,6 +359,27 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
         }
     )
     assert helm.calls == Counter() and helm.operations == operations
+
+
+def test_one_tenant_whose_reads_fail_does_not_stop_the_pass_for_the_others(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 5: bob's StatefulSet cannot be read (the API server answers 500 for it);
+    carol's stored kubeconfig is gone all the same, and is stored again."""
+    ready(kube, helm, "bob-dev", CS_BOB)
+    ready(kube, helm, "carol", CS_CAROL)
+    del kube.secrets[(TENANT_NAMESPACE, f"tenant-{CS_CAROL}-kubeconfig")]
+    get_rollout = kube.get_rollout
+
+    def fail_for_bob(namespace: str, name: str) -> Rollout | None:
+        if namespace == BOB_NS:
+            raise TemporaryError(f"get statefulset {namespace}/{name}: the API server answered 500")
+        return get_rollout(namespace, name)
+
+    monkeypatch.setattr(kube, "get_rollout", fail_for_bob)
+
+    assert resync(kube, sink, SETTINGS) == {"STORE": 1}
+    assert [(e.get_type(), e.get_data()["name"]) for e in sink.sent] == [(events.READY, "carol")]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -514,7 +558,10 @@ def test_each_drift_sends_exactly_its_steps_event(
     counts = resync(kube, sink, SETTINGS, now=now)
 
     assert counts == {redrive: 1}
-    assert kube.journal[mark:] == [], "a re-drive by event writes nothing itself"
+    # a re-drive by event writes nothing itself, but for a Tenant no step has seen: Pending, from
+    # when the provision timeout counts should install never get to it
+    first_sight_write = [("status", f"{BOB_KEY}:Pending"), ("event", "Pending")] if scenario is first_event_lost else []
+    assert kube.journal[mark:] == first_sight_write
     # a deletion's re-drive goes to install first (it grants cleanup its reads there, for a
     # Tenant made before those grants; access.grant_if_ours), then to cleanup
     before = [events.INSTALL] if redrive == "CLEANUP" else []
@@ -582,6 +629,30 @@ def test_timeout_fails_the_tenant_found_by_resync(kube: FakeKube, helm: FakeHelm
     mark = len(kube.journal)
     assert resync(kube, sink, SETTINGS, now=later + timedelta(hours=1)) == {}
     assert kube.journal[mark:] == [] and sink.sent == []
+
+
+def test_a_tenant_install_never_got_to_provisioning_is_failed_at_the_timeout(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    """Issue 26 item 2: install accepted the Tenant (Pending) and then never provisioned it (its
+    deliveries lost, its Trigger gone, its dead letter lost too). resync re-drove it each pass;
+    past ``PROVISION_TIMEOUT_SECONDS`` from install's first sight it is Failed, saying so."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    first_sight(kube, Tenant.from_object(obj))
+    accepted = synced_at(kube)
+
+    assert resync(kube, sink, SETTINGS, now=accepted + timedelta(seconds=TIMEOUT)) == {"INSTALL": 1}
+    mark = len(kube.journal)
+    assert resync(kube, sink, SETTINGS, now=accepted + timedelta(seconds=TIMEOUT + 1)) == {"TIMEOUT": 1}
+
+    assert kube.journal[mark:] == [("status", f"{BOB_KEY}:Failed"), ("event", "ProvisionTimeout")]
+    failed = live(kube).status
+    assert failed.message == (
+        f"still Pending {TIMEOUT + 1}s after install was asked for it (PROVISION_TIMEOUT_SECONDS={TIMEOUT}): "
+        "found by resync; last: accepted; waiting for install"
+    )
+    ready_cond = failed.condition("Ready")
+    assert ready_cond is not None and (ready_cond.status, ready_cond.reason) == ("False", "ProvisionTimeout")
 
 
 def test_release_gone_writes_pending_then_sends_install_which_installs_it_again(kube: FakeKube, helm: FakeHelm) -> None:
@@ -704,7 +775,31 @@ def test_a_sink_failure_propagates_as_temporary(kube: FakeKube) -> None:
         resync(kube, FakeSink(failure=failure), SETTINGS)
 
     assert caught.value is failure
-    assert kube.journal == []
+    # the Tenant no step had seen is Pending (from when its timeout counts); the send then failed
+    assert kube.journal == [("status", f"{BOB_KEY}:Pending"), ("event", "Pending")]
+
+
+def test_one_tenant_whose_write_fails_does_not_stop_the_pass_for_the_others(
+    kube: FakeKube, sink: FakeSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26 item 5: bob's write is refused (changed meanwhile); carol is re-driven all the
+    same, and bob on the next pass."""
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    kube.add_tenant(tenant_object("carol", CS_CAROL))
+    patch = kube.patch_tenant_status
+
+    def refuse_bob(tenant: Tenant, update: Any) -> Tenant:
+        if tenant.name == "bob-dev":
+            raise Conflict(f"tenant {tenant.key}: conflict (resourceVersion {tenant.resource_version} is stale)")
+        return patch(tenant, update)
+
+    monkeypatch.setattr(kube, "patch_tenant_status", refuse_bob)
+
+    assert resync(kube, sink, SETTINGS) == {"ERROR": 1, "INSTALL": 1}
+    assert [e.get_data()["name"] for e in sink.sent] == ["carol"]  # type: ignore[index]
+
+    monkeypatch.setattr(kube, "patch_tenant_status", patch)
+    assert resync(kube, sink, SETTINGS) == {"INSTALL": 2}
 
 
 def test_a_sink_failure_after_reinstall_wrote_pending_is_made_good_by_the_next_pass(

@@ -8,6 +8,7 @@ exactly once for its deletion, and nothing for the pipeline's own writes.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, router, store_kubeconfig
 from shared import events, lifecycle
-from shared.tenant import FINALIZER, Tenant
+from shared.tenant import FINALIZER, Phase, Tenant
 
 from .fakes import (
     TENANT_NAMESPACE,
@@ -69,8 +70,14 @@ def failed(reason: str) -> dict[str, Any]:
 
 
 def retried(reason: str) -> dict[str, Any]:
-    """A Failed Tenant patched back to Pending: the condition its failure wrote stays."""
+    """A Failed Tenant patched back to Pending by hand: the condition its failure wrote stays."""
     return failed(reason) | {"phase": "Pending"}
+
+
+def marked_retry(reason: str) -> dict[str, Any]:
+    """A Pending retry with its mark: ``kubeopera-tenants retry``'s (RetryRequested) or install's
+    when it saw a retry by hand (RetryAccepted)."""
+    return {"phase": "Pending", "lastSyncedAt": NOW, "conditions": [condition("Ready", "False", reason)]}
 
 
 ROWS = [
@@ -92,6 +99,8 @@ ROWS = [
     ),
     pytest.param(tenant(failed("ProvisionTimeout")), UPDATE, None, id="failed"),
     pytest.param(tenant(retried("ProvisionTimeout")), UPDATE, events.INSTALL, id="retried"),
+    pytest.param(tenant(marked_retry("RetryRequested")), UPDATE, events.INSTALL, id="retried-by-the-cli"),
+    pytest.param(tenant(marked_retry("RetryAccepted")), UPDATE, None, id="install-accepted-the-retry"),
     pytest.param(
         tenant({"phase": "Pending", "conditions": [READY]}), UPDATE, events.INSTALL, id="resync-pending"
     ),
@@ -251,8 +260,49 @@ def test_the_routers_dead_letter_fails_no_tenant(kube: FakeKube, helm: FakeHelm)
             id="not-serving-yet",
         ),
         pytest.param(failed("ProvisionTimeout") | {"phase": "Deleting"}, None, id="deleting-since"),
+        pytest.param(marked_retry("RetryRequested"), NOW, id="retry-requested"),
+        pytest.param(marked_retry("RetryAccepted"), NOW, id="retry-accepted"),
     ],
 )
 def test_failed_since_dates_only_a_failure_that_still_stands(status: dict[str, Any], expected: str | None) -> None:
     since = lifecycle.failed_since(Tenant.from_object(tenant(status)))
     assert (since.strftime("%Y-%m-%dT%H:%M:%SZ") if since else None) == expected
+
+
+LATER = "2026-12-02T12:20:00Z"  # 1,200 s after NOW: past the default PROVISION_TIMEOUT_SECONDS (600)
+
+
+@pytest.mark.parametrize(
+    ("status", "started", "timed_out"),
+    [
+        pytest.param(None, None, False, id="no-status"),
+        pytest.param({"phase": "Pending"}, None, False, id="pending-without-a-time"),
+        pytest.param({"phase": "Pending", "lastSyncedAt": NOW}, NOW, True, id="first-sight"),
+        pytest.param({"phase": "Pending", "lastSyncedAt": NOW, "conditions": [READY]}, NOW, True, id="resync-pending"),
+        pytest.param(retried("ProvisionTimeout"), None, False, id="retried-by-hand-not-yet-seen"),
+        pytest.param(marked_retry("RetryRequested"), NOW, True, id="retried-by-the-cli"),
+        pytest.param(marked_retry("RetryAccepted"), NOW, True, id="retry-accepted"),
+        pytest.param(settled("Provisioning"), NOW, True, id="provisioning"),
+        pytest.param(settled("Ready", READY), None, False, id="ready"),
+        pytest.param(failed("ProvisionTimeout"), None, False, id="failed"),
+    ],
+)
+def test_pending_counts_toward_the_provision_timeout_from_a_time_install_or_a_retry_wrote(
+    status: dict[str, Any] | None, started: str | None, timed_out: bool
+) -> None:
+    """A Pending Tenant's clock starts at a write that means "install was asked": install's first
+    sight, a retry's mark, resync's re-install; never at a failure's time that a retry by hand kept
+    (install marks that one when it sees it), so a retry is never Failed at once for its past."""
+    subject = Tenant.from_object(tenant(status))
+    since = lifecycle.provision_started(subject)
+    assert (since.strftime("%Y-%m-%dT%H:%M:%SZ") if since else None) == started
+    later = datetime.fromisoformat(LATER)
+    assert (lifecycle.timed_out(subject, later, 600) is not None) == timed_out
+    assert lifecycle.timed_out(subject, datetime.fromisoformat(NOW), 600) is None
+
+
+def test_a_pending_timeout_says_install_never_got_there() -> None:
+    assert lifecycle.timeout_message(1200, 600, "last: x", Phase.PENDING) == (
+        "still Pending 1200s after install was asked for it (PROVISION_TIMEOUT_SECONDS=600): last: x"
+    )
+    assert lifecycle.timeout_message(700, 600, "waiting").startswith("vCluster not ready 700s after provisioning began")
