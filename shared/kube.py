@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -220,13 +221,13 @@ class Kube:
     def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
         """Tenants in ``namespace`` matching a field selector on the CRD's selectable fields
         (``spec.tenantName``, ``spec.cloudSpaceID``)."""
-        result = _call(
+        items = _listed(
             f"list tenants {field_selector}",
-            lambda: self._custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, field_selector=field_selector
+            lambda **page: self._custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, field_selector=field_selector, **page
             ),
         )
-        return [Tenant.from_object(item) for item in result.get("items", [])]
+        return [Tenant.from_object(item) for item in items]
 
     def list_tenant_objects(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace:
@@ -338,17 +339,17 @@ class Kube:
     def list_owned_namespaces(self) -> list[OwnedNamespace]:
         """Every namespace that names a Tenant as its owner (label ``kubeopera.io/owner-uid``):
         one LIST, however many there are."""
-        listed = _call(
-            "list namespaces", lambda: self._core.list_namespace(label_selector=LABEL_OWNER_UID, timeout_seconds=30)
+        listed = _listed(
+            "list namespaces", lambda **page: self._core.list_namespace(label_selector=LABEL_OWNER_UID, **page)
         )
         return [
             OwnedNamespace(
-                ns.metadata.name,
-                dict(ns.metadata.labels or {}),
-                ns.metadata.creation_timestamp,
-                ns.metadata.deletion_timestamp is not None,
+                ns["metadata"]["name"],
+                dict(ns["metadata"].get("labels") or {}),
+                datetime.fromisoformat(ns["metadata"]["creationTimestamp"]),
+                ns["metadata"].get("deletionTimestamp") is not None,
             )
-            for ns in listed.items
+            for ns in listed
         ]
 
     def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool:
@@ -375,17 +376,18 @@ class Kube:
     def get_rollout(self, namespace: str, name: str) -> Rollout | None:
         """The rollout of StatefulSet ``name`` (the vCluster control plane), None if there is none."""
         sts = _found_or_none(
-            f"get statefulset {namespace}/{name}", lambda: self._apps.read_namespaced_stateful_set(name, namespace)
+            f"get statefulset {namespace}/{name}",
+            lambda: _json(self._apps.read_namespaced_stateful_set(name, namespace, _preload_content=False)),
         )
         if sts is None:
             return None
-        status = sts.status
+        spec, status = sts.get("spec", {}), sts.get("status", {})
         return Rollout(
-            generation=int(sts.metadata.generation or 0),
-            observed_generation=int(status.observed_generation or 0) if status else 0,
-            replicas=int(sts.spec.replicas if sts.spec.replicas is not None else 1),
-            ready_replicas=int(status.ready_replicas or 0) if status else 0,
-            updated_replicas=int(status.updated_replicas or 0) if status else 0,
+            generation=int(sts["metadata"].get("generation") or 0),
+            observed_generation=int(status.get("observedGeneration") or 0),
+            replicas=int(spec["replicas"] if spec.get("replicas") is not None else 1),
+            ready_replicas=int(status.get("readyReplicas") or 0),
+            updated_replicas=int(status.get("updatedReplicas") or 0),
         )
 
     def restart_rollout(self, namespace: str, name: str, at: str) -> int | None:
@@ -448,27 +450,31 @@ class Kube:
         """(namespace, object) of every ResourceQuota, LimitRange and NetworkPolicy the chart
         rendered (``CHART_SELECTOR``), in ``namespace`` or, with None, in every namespace: three
         LISTs, however many Tenants there are."""
-        kinds: tuple[tuple[str, Callable[[], Any], Callable[[], Any]], ...] = (
+        kinds: tuple[tuple[str, Callable[..., Any], Callable[..., Any]], ...] = (
             (
                 "ResourceQuota",
-                lambda: self._core.list_resource_quota_for_all_namespaces(label_selector=CHART_SELECTOR),
-                lambda: self._core.list_namespaced_resource_quota(namespace, label_selector=CHART_SELECTOR),
+                self._core.list_resource_quota_for_all_namespaces,
+                lambda **kw: self._core.list_namespaced_resource_quota(namespace, **kw),
             ),
             (
                 "LimitRange",
-                lambda: self._core.list_limit_range_for_all_namespaces(label_selector=CHART_SELECTOR),
-                lambda: self._core.list_namespaced_limit_range(namespace, label_selector=CHART_SELECTOR),
+                self._core.list_limit_range_for_all_namespaces,
+                lambda **kw: self._core.list_namespaced_limit_range(namespace, **kw),
             ),
             (
                 "NetworkPolicy",
-                lambda: self._networking.list_network_policy_for_all_namespaces(label_selector=CHART_SELECTOR),
-                lambda: self._networking.list_namespaced_network_policy(namespace, label_selector=CHART_SELECTOR),
+                self._networking.list_network_policy_for_all_namespaces,
+                lambda **kw: self._networking.list_namespaced_network_policy(namespace, **kw),
             ),
         )
         found: set[tuple[str, PolicyObject]] = set()
         for kind, everywhere, here in kinds:
-            result = _call(f"list {kind.lower()} {namespace or '(all namespaces)'}", here if namespace else everywhere)
-            found |= {(str(i.metadata.namespace), PolicyObject(kind, str(i.metadata.name))) for i in result.items}
+            fetch = here if namespace else everywhere
+            items = _listed(
+                f"list {kind.lower()} {namespace or '(all namespaces)'}",
+                lambda fetch=fetch, **page: fetch(label_selector=CHART_SELECTOR, **page),
+            )
+            found |= {(str(i["metadata"]["namespace"]), PolicyObject(kind, str(i["metadata"]["name"]))) for i in items}
         return found
 
     # PersistentVolumes a Tenant's claims were bound to (functions.cleanup) --------------------
@@ -664,14 +670,15 @@ class Kube:
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         secret = _found_or_none(
-            f"get secret {namespace}/{name}", lambda: self._core.read_namespaced_secret(name, namespace)
+            f"get secret {namespace}/{name}",
+            lambda: _json(self._core.read_namespaced_secret(name, namespace, _preload_content=False)),
         )
         if secret is None:
             return None
         return StoredSecret(
-            labels=dict(secret.metadata.labels or {}),
-            data={k: base64.b64decode(v) for k, v in (secret.data or {}).items()},
-            resource_version=str(secret.metadata.resource_version),
+            labels=dict(secret["metadata"].get("labels") or {}),
+            data={k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()},
+            resource_version=str(secret["metadata"]["resourceVersion"]),
         )
 
     def write_secret(
@@ -730,6 +737,36 @@ def _unless_absent(what: str, fn: Callable[[], object]) -> None:
 def _precondition(resource_version: str) -> Any:
     """Delete only the version we read (409 if it changed meanwhile)."""
     return k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
+
+
+# Items per LIST request: a fleet-wide list comes a page at a time (``limit`` and ``continue``),
+# never as one answer the size of the fleet, in the API server's memory or ours.
+PAGE = 500
+
+
+def _json(response: Any) -> dict[str, Any]:
+    """A response asked for with ``_preload_content=False``: its JSON as is, without the client's
+    deserialization into its models (for a StatefulSet, more CPU than the request itself; resync
+    reads thousands)."""
+    found: dict[str, Any] = json.loads(response.data)
+    return found
+
+
+def _listed(what: str, fetch: Callable[..., Any]) -> list[dict[str, Any]]:
+    """Every item of a LIST as JSON, ``PAGE`` at a time: ``fetch`` is called with ``limit``,
+    ``_continue`` and ``_preload_content``, until the API server gives no ``continue`` token."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = _call(what, functools.partial(_page, fetch, token))
+        items.extend(page.get("items") or [])
+        token = page.get("metadata", {}).get("continue") or None
+        if token is None:
+            return items
+
+
+def _page(fetch: Callable[..., Any], token: str | None) -> dict[str, Any]:
+    return _json(fetch(limit=PAGE, _continue=token, _preload_content=False))
 
 
 def _found_or_none(what: str, fn: Callable[[], T]) -> T | None:
