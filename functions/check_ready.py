@@ -10,7 +10,9 @@ up but cannot be used through the kubeconfig can stay so (one booted with the wr
 does for ever), so that wait, unlike the boot's normal course, is written on the Tenant: its
 message and its ``Ready`` condition (reason ``VClusterNotServing``), when it changes. Not yet: 503 with
 ``Retry-After: READY_POLL_SECONDS``, so the broker asks again after that long (design.md
-section 4). Replies ``io.kubeopera.tenant.ready``.
+section 4). Replies ``io.kubeopera.tenant.ready``. Every ``lifecycle.HEARTBEAT_POLLS`` polls it
+writes ``lastPolledAt`` on the Tenant (in the same write as the message, if both), so that resync
+leaves a live poll alone and re-drives only a lost one.
 
 When to give up is this function's decision alone, never the broker's (``poll_verdict``):
 
@@ -43,7 +45,7 @@ from shared.reconcile import live_tenant, write_status
 from shared.release import DEPLOYED, FAILED, ReleaseRecords, Releases
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import COND_READY, Condition, Phase, StatusUpdate, Tenant, TenantRef, parse_time, utcnow
+from shared.tenant import COND_READY, Condition, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
 from shared.vcluster_api import VClusterProbe
 
 NAME = "check-ready"
@@ -111,20 +113,20 @@ def _waiting_for(
     return waiting_for(release_status, rollout, config is not None, names, api_missing), api_missing
 
 
-def _tell_not_serving(kube: Kube, tenant: Tenant, missing: str) -> None:
-    """Write on the Tenant what its vCluster's API lacks, once per change (never ``lastSyncedAt``:
-    the provision timeout still counts from install)."""
-    if tenant.status.message == missing:
-        return
-    write_status(
-        kube,
-        tenant,
-        StatusUpdate(
-            phase=Phase.PROVISIONING,
-            fields={"message": missing},
-            conditions=(Condition(COND_READY, "False", NOT_SERVING, missing, tenant.generation),),
-        ),
-    )
+def _tell_polling(kube: Kube, tenant: Tenant, api_missing: str | None, now: datetime, poll_seconds: int) -> None:
+    """One status write at most, while the vCluster is not ready: what its API lacks, once per
+    change (the message and the ``Ready`` condition's reason ``VClusterNotServing``), and the
+    poll's heartbeat ``lastPolledAt`` when due (``lifecycle.heartbeat_due``: resync then knows
+    the chain is alive). Never ``lastSyncedAt``: the provision timeout still counts from install."""
+    fields: dict[str, object] = {}
+    conditions: tuple[Condition, ...] = ()
+    if api_missing is not None and tenant.status.message != api_missing:
+        fields["message"] = api_missing
+        conditions = (Condition(COND_READY, "False", NOT_SERVING, api_missing, tenant.generation),)
+    if lifecycle.heartbeat_due(tenant, now, poll_seconds):
+        fields["lastPolledAt"] = rfc3339(now)
+    if fields:
+        write_status(kube, tenant, StatusUpdate(phase=Phase.PROVISIONING, fields=fields, conditions=conditions))
 
 
 def handle(
@@ -159,13 +161,12 @@ def handle(
             metrics.TIME_TO_READY.observe(max(0.0, (moment - began).total_seconds()))
         return events.make(events.READY, NAME, tenant.ref)
     verdict = poll_verdict(tenant, waiting, settings, moment, event.get_time())
+    if isinstance(verdict, TenantError):
+        raise verdict
+    _tell_polling(kube, tenant, api_missing, moment, settings.ready_poll_seconds)
     if verdict == Poll.RENEW:
         log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": waiting})
         return events.make(events.PROVISIONING, NAME, tenant.ref)
-    if isinstance(verdict, TenantError):
-        raise verdict
-    if api_missing is not None:
-        _tell_not_serving(kube, tenant, api_missing)
     metrics.READY_POLLS.inc()
     raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 

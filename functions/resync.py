@@ -12,7 +12,8 @@ the Tenant                                                re-drive
 ========================================================  =========================================
 no status, Pending, a generation not yet observed, or     ``io.kubeopera.tenant.install``
 settled by the version before ownership (no finalizer)
-Provisioning at its generation for longer than a poll     ``io.kubeopera.tenant.provisioning``
+Provisioning at its generation, its poll quiet (no          ``io.kubeopera.tenant.provisioning``
+``lastPolledAt`` or ``lastSyncedAt`` for 6 polls)
 Provisioning, or Pending (install never got it to         resync fails it (``ProvisionTimeout``)
 Provisioning), past ``PROVISION_TIMEOUT_SECONDS``
 Ready, its release gone (no vCluster StatefulSet), or     phase Pending, then ``...install``
@@ -131,7 +132,7 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
             return Redrive.CHECK  # no start time to count the timeout from (a status edited by hand)
         if lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds) is not None:
             return Redrive.TIMEOUT
-        return Redrive.CHECK if idle > settings.ready_poll_seconds else None
+        return Redrive.CHECK if lifecycle.poll_chain_lost(tenant, now, settings.ready_poll_seconds) else None
     if status.phase == Phase.READY and drift is not None:
         if not drift.granted:
             return Redrive.INSTALL  # install grants resync its reads there (access.grant_if_ours)
@@ -145,9 +146,10 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     return None
 
 
-# Ready Tenants whose vCluster is read at once: each read waits on the API server. The
-# kubernetes client keeps 5 connections per core, so even on one core four never wait for one.
-OBSERVERS = 4
+# Ready Tenants whose vCluster is read at once: each read waits on the API server, and with the
+# reads' JSON taken as is (no client models) little of a read is this process's CPU. The
+# kubernetes client keeps 5 connections per core, so on two cores eight never wait for one.
+OBSERVERS = 8
 
 
 def observed(tenant: Tenant) -> bool:

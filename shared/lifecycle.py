@@ -21,6 +21,11 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
   event made before it: the step recorded its own failure, or a retry has superseded it);
 - ``unacknowledged_retry``: a Failed Tenant patched to Pending by hand (``kubectl patch``), which
   install marks as a retry when it first sees it (``reconcile.first_sight``);
+- ``poll_heard``, ``heartbeat_due`` and ``poll_chain_lost``: whether check-ready's poll of a
+  Provisioning Tenant is alive. The poll is the broker's re-delivery and writes nothing, so every
+  ``HEARTBEAT_POLLS`` polls check-ready writes ``lastPolledAt``; resync re-drives the poll only
+  when neither that nor install's ``lastSyncedAt`` is recent, so a live chain is left alone (a
+  second chain would poll twice and could tell kubeopera-api twice);
 - ``provision_started``, ``provision_elapsed``, ``timed_out`` and ``timeout_message``: the
   provision timeout, as check-ready and resync both judge it, counted from the ``lastSyncedAt`` of
   the write that began the phase: install's Provisioning, or the Pending that install's first
@@ -225,6 +230,33 @@ def unacknowledged_retry(tenant: Tenant) -> bool:
         and ready.status == "False"
         and ready.reason not in _ON_ITS_WAY | _RETRY
     )
+
+
+# check-ready writes its heartbeat (``lastPolledAt``) every this many polls of a Tenant; resync
+# takes a chain for lost once two more polls have passed without one.
+HEARTBEAT_POLLS: Final = 4
+LOST_AFTER_POLLS: Final = HEARTBEAT_POLLS + 2
+
+
+def poll_heard(tenant: Tenant) -> datetime | None:
+    """The last sign of a Provisioning Tenant's poll chain: install's ``lastSyncedAt`` (its reply
+    starts the chain) or check-ready's later ``lastPolledAt``; None when neither is there."""
+    times = [t for t in (parse_time(tenant.status.last_synced_at), parse_time(tenant.status.last_polled_at)) if t]
+    return max(times, default=None)
+
+
+def heartbeat_due(tenant: Tenant, now: datetime, poll_seconds: int) -> bool:
+    """Should this poll write ``lastPolledAt``? Every ``HEARTBEAT_POLLS`` polls: a Tenant that
+    boots within them is never written by its poll."""
+    heard = poll_heard(tenant)
+    return heard is None or (now - heard).total_seconds() >= HEARTBEAT_POLLS * poll_seconds
+
+
+def poll_chain_lost(tenant: Tenant, now: datetime, poll_seconds: int) -> bool:
+    """Has the Provisioning Tenant's poll gone quiet for longer than a live one ever is (its
+    events lost: a broker restarted, a reply not delivered)? Then resync starts it again."""
+    heard = poll_heard(tenant)
+    return heard is None or (now - heard).total_seconds() > LOST_AFTER_POLLS * poll_seconds
 
 
 def provision_started(tenant: Tenant) -> datetime | None:

@@ -112,6 +112,7 @@ class TenantStatus:
     namespace: str = ""
     kubeconfig_secret: str = ""
     last_synced_at: str = ""
+    last_polled_at: str = ""  # check-ready's heartbeat while it polls (lifecycle.poll_heard)
     observed_generation: int = 0
     message: str = ""
     conditions: tuple[Condition, ...] = ()
@@ -205,6 +206,7 @@ class Tenant:
                 namespace=str(status.get("namespace", "")),
                 kubeconfig_secret=str(status.get("kubeconfigSecret", "")),
                 last_synced_at=str(status.get("lastSyncedAt", "")),
+                last_polled_at=str(status.get("lastPolledAt", "")),
                 observed_generation=int(status.get("observedGeneration", 0) or 0),
                 message=str(status.get("message", "")),
                 conditions=tuple(Condition.from_object(c) for c in status.get("conditions") or ()),

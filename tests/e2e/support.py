@@ -7,12 +7,14 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any, TypeVar
 
 import yaml
 
+from shared import lifecycle
 from shared.kube import Kube
 from shared.tenant import Tenant
 from testbed.knative.broker_watch import Delivery
@@ -218,3 +220,16 @@ def trigger_gone(pipeline: Stack, trigger: str) -> Iterator[None]:
         again = {"apiVersion": saved["apiVersion"], "kind": saved["kind"], "metadata": metadata, "spec": saved["spec"]}
         pipeline.kubectl("create", "-f", "-", input=json.dumps(again))
         wait_for(f"{trigger} back in the channel", lambda: trigger_dispatched(pipeline, trigger), timeout=60)
+
+
+def poll_quiet(kube: Kube, name: str, poll: int = 1) -> None:
+    """Wait until ``name``'s poll has been quiet long enough for resync to take its chain for lost
+    (``lifecycle.poll_chain_lost``): resync re-drives it only then (the status's times have
+    one-second resolution, hence the second more)."""
+
+    def quiet() -> bool:
+        tenant = kube.get_tenant(TENANT_NAMESPACE, name)
+        later = datetime.now(UTC) - timedelta(seconds=1)
+        return tenant is not None and lifecycle.poll_chain_lost(tenant, later, poll)
+
+    wait_for(f"{name}'s poll quiet", quiet, timeout=(lifecycle.LOST_AFTER_POLLS + 1) * poll + 30, interval=0.2)

@@ -37,7 +37,7 @@ from testbed.processes import run
 from testbed.toolchain import Toolchain
 
 from .rbac_usage import unused_rules
-from .support import exists, helm, phase_of, tenant_yaml, trigger_gone, wait_for
+from .support import exists, helm, phase_of, poll_quiet, tenant_yaml, trigger_gone, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -119,18 +119,6 @@ def tick(pipeline: Stack) -> None:
 def quiet_broker(pipeline: Stack) -> None:
     """Each fault starts on an idle broker: no retry of an earlier test's event can land in it."""
     assert pipeline.watch.wait_idle(120), f"still to be re-delivered: {pipeline.watch.pending()}"
-
-
-def idle_longer_than_a_poll(kube: Kube, name: str, poll: float = 1.0) -> None:
-    """Wait until ``name`` has been left alone longer than a poll: resync re-drives it only then
-    (``lastSyncedAt`` has one-second resolution, hence the second more)."""
-
-    def quiet() -> bool:
-        tenant = kube.get_tenant(TENANT_NAMESPACE, name)
-        synced = parse_time(tenant.status.last_synced_at) if tenant is not None else None
-        return synced is not None and time.time() - synced.timestamp() > poll + 1.0
-
-    wait_for(f"{name} idle for longer than a poll", quiet, timeout=30, interval=0.2)
 
 
 def polls_of(pipeline: Stack, name: str) -> list[Delivery]:
@@ -262,6 +250,7 @@ def test_broker_restarted_mid_chain(pipeline: Stack, kube: Kube) -> None:
     assert pipeline.watch.wait_idle(30)
     assert phase_of(kube, "fa-broker", "Provisioning") is not None, "the chain was lost with the broker"
     assert [d for d in polls_of(pipeline, "fa-broker") if d.time > restarted] == [], "nothing is re-delivered"
+    poll_quiet(kube, "fa-broker")
     tick(pipeline)
     report("broker restarted mid-chain", ready(kube, "fa-broker"), started)
 
@@ -406,7 +395,7 @@ def test_duplicate_concurrent_deliveries_to_two_install_processes(
     start_adapter_again(pipeline)
     # install's reply went back to this test, not to a broker: the chain is resync's to resume,
     # once the Tenant has been Provisioning for longer than a poll.
-    idle_longer_than_a_poll(kube, "fa-twin")
+    poll_quiet(kube, "fa-twin")
     tick(pipeline)
     report("duplicate concurrent deliveries to two install processes", ready(kube, "fa-twin"), started)
 
@@ -516,7 +505,7 @@ def test_a_vcluster_booted_with_the_wrong_service_range_is_never_ready(
     assert answer.status_code == 200, answer.text
     assert helm(pipeline, "get", "values", "vc-fa-range", "-n", "vcluster-fa-range")["serviceCIDR"] == "10.96.0.0/12"
     start_adapter_again(pipeline)
-    idle_longer_than_a_poll(kube, "fa-range")
+    poll_quiet(kube, "fa-range")
     tick(pipeline)  # install's reply came back to this test: resync resumes the chain
 
     failed = wait_for("fa-range Failed", lambda: phase_of(kube, "fa-range", "Failed"), timeout=TIMEOUT_SECONDS + 60)
@@ -650,6 +639,32 @@ def test_a_lost_chain_past_the_timeout_is_failed_by_resync(pipeline: Stack, kube
     report("chain lost, vCluster never boots: failed at the timeout by resync", failed, started)
 
 
+def test_a_live_poll_is_left_alone_by_resync(pipeline: Stack, kube: Kube) -> None:
+    """Issue 26 item 5: the poll is the broker's re-delivery and writes nothing, so resync took
+    every Provisioning Tenant quiet for a poll for lost and started a second chain, on each pass
+    (two chains poll twice, and can both tell kubeopera-api). check-ready now writes a heartbeat
+    (``lastPolledAt``) every 4 polls: three passes over a vCluster that never boots, 3, 7 and 11 s
+    into its provisioning (past the 6 polls after which a quiet chain counts as lost), start no
+    chain; one chain polls until the timeout fails the Tenant."""
+    name = "stuck-live"
+    started = time.monotonic()
+    pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs(25)))
+    provisioning = wait_for(f"{name} Provisioning", lambda: phase_of(kube, name, "Provisioning"), timeout=60)
+    began = parse_time(provisioning.status.last_synced_at)
+    assert began is not None
+    wait_for("check-ready's first poll", lambda: polls_of(pipeline, name), timeout=30, interval=0.01)
+    for at in (3, 7, 11):
+        wait_for(f"{at}s into provisioning", lambda at=at: time.time() - began.timestamp() >= at, timeout=20)
+        tick(pipeline)
+    polled = kube.get_tenant(TENANT_NAMESPACE, name)
+    assert polled is not None and parse_time(polled.status.last_polled_at) is not None, "check-ready's heartbeat"
+    failed = wait_for(f"{name} Failed", lambda: phase_of(kube, name, "Failed"), timeout=TIMEOUT_SECONDS + 30)
+    assert pipeline.watch.wait_idle(60)
+    chains = {d.event_id for d in polls_of(pipeline, name)}
+    assert len(chains) == 1, f"resync started another poll chain: {chains}"
+    report("a live poll chain, resync's passes during it: one chain, failed at the timeout", failed, started)
+
+
 def test_a_tenant_install_never_gets_is_failed_at_the_timeout_and_a_retry_provisions_it(
     pipeline: Stack, kube: Kube
 ) -> None:
@@ -752,8 +767,12 @@ def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube) -> None:
     pipeline.resync()  # answered, and all it caused (nothing, if it writes nothing)
     new = [json.loads(line) for line in audit.read_text().splitlines()[mark:] if line.endswith("}")]
     ours = [e for e in new if e["user"]["username"].startswith("system:serviceaccount:kubeopera-system:")]
-    writes = [e for e in ours if e["verb"] not in ("get", "list", "watch")]
+    # A TokenReview (the tick's sender check, made again once its cached answer has expired:
+    # after a long enough gap since the last tick) is a question to the API server; it stores nothing.
+    reviews = [e for e in ours if (e.get("objectRef") or {}).get("resource") == "tokenreviews"]
+    writes = [e for e in ours if e["verb"] not in ("get", "list", "watch") and e not in reviews]
     assert writes == [], [(e["user"]["username"], e["verb"], e.get("objectRef")) for e in writes]
+    assert len(reviews) <= 1, "one sender check for the one tick"
     assert {e["user"]["username"].rsplit(":", 1)[1] for e in ours} <= {"tenant-resync", "tenant-source"}
 
 

@@ -38,7 +38,8 @@ from .support import (
     legacy_namespace,
     patch_tenant,
     phase_of,
-        tenant_yaml,
+    poll_quiet,
+    tenant_yaml,
     wait_for,
 )
 
@@ -185,8 +186,7 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
     wait_for(
         "the duplicate to reach notify-api, and the update to reach the router",
         lambda: (
-            {"tenant-notify-api", "tenant-router"}
-            <= {a.trigger for a in pipeline.watch.deliveries()[attempts_before:]}
+            {"tenant-notify-api", "tenant-router"} <= {a.trigger for a in pipeline.watch.deliveries()[attempts_before:]}
         ),
     )
     assert pipeline.watch.wait_idle(30)
@@ -455,6 +455,7 @@ def test_the_triggers_of_eventing_are_what_routes_events(pipeline: Stack, kube: 
     finally:
         pipeline.kubectl("apply", "-f", str(path))
     wait_for("the file's filter again", lambda: "nowhere" not in served_filters())
+    poll_quiet(kube, name, POLL_SECONDS)  # its chain ended at store-kubeconfig: resync takes it for lost
     pipeline.tick()
     wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=60)
     assert pipeline.watch.wait_idle(60)

@@ -1076,6 +1076,35 @@ def test_check_ready_polls_again_while_vcluster_boots(kube: FakeKube, helm: Fake
         run_check(kube, helm, obj)
 
 
+def test_check_ready_writes_its_heartbeat_every_few_polls_and_nothing_between(kube: FakeKube, helm: FakeHelm) -> None:
+    """Issue 26 item 5: the poll is the broker's re-delivery and writes nothing, so resync could
+    not tell a live chain from a lost one and started a second every pass. Every
+    ``HEARTBEAT_POLLS`` polls check-ready writes ``lastPolledAt`` (never ``lastSyncedAt``: the
+    timeout counts from install); resync leaves the Tenant alone while that is recent."""
+    obj = provision(kube, helm)
+    poll = SETTINGS.ready_poll_seconds
+    began = live(kube).status.last_synced_at
+    written = kube.calls["patch_tenant_status"]
+    every = lifecycle.HEARTBEAT_POLLS * poll
+
+    with pytest.raises(NotReadyYet):
+        run_check(kube, helm, obj, after=every - 1)
+    assert kube.calls["patch_tenant_status"] == written, "a poll within the heartbeat writes nothing"
+    with pytest.raises(NotReadyYet):
+        run_check(kube, helm, obj, after=every)
+    tenant = live(kube)
+    assert kube.calls["patch_tenant_status"] == written + 1
+    assert tenant.status.phase == Phase.PROVISIONING and tenant.status.last_synced_at == began
+    heard = parse_time(tenant.status.last_polled_at)
+    assert heard is not None and heard == lifecycle.poll_heard(tenant)
+    with pytest.raises(NotReadyYet):
+        run_check(kube, helm, obj, after=2 * every - 1)
+    assert kube.calls["patch_tenant_status"] == written + 1, "counted from the heartbeat now"
+    later = heard + timedelta(seconds=lifecycle.LOST_AFTER_POLLS * poll)
+    assert not lifecycle.poll_chain_lost(tenant, later, poll)
+    assert lifecycle.poll_chain_lost(tenant, later + timedelta(seconds=1), poll)
+
+
 def test_check_ready_asks_the_vclusters_api_through_the_kubeconfig_it_will_store(
     kube: FakeKube, helm: FakeHelm
 ) -> None:

@@ -52,6 +52,7 @@ from .fakes import (
 
 SETTINGS = Settings(cleanup_poll_seconds=7, ready_poll_seconds=15, provision_timeout_seconds=600)
 POLL, TIMEOUT = SETTINGS.ready_poll_seconds, SETTINGS.provision_timeout_seconds
+LOST = lifecycle.LOST_AFTER_POLLS  # polls without a sign of its poll chain before resync starts one
 CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
 CS_CAROL = "0b6f5a4e-3d2c-4b1a-9f8e-7d6c5b4a3f2e"
 CS_DAVE = "5c4b3a29-1807-4f6e-9d5c-4b3a29180706"
@@ -186,7 +187,9 @@ DOWN = CallbackResult(False, "answered 502")
         pytest.param(tenant(status("Provisioning"), generation=2), None, Redrive.INSTALL, id="provisioning-old-gen"),
         pytest.param(tenant(status("Ready"), generation=2), None, Redrive.INSTALL, id="ready-new-generation"),
         pytest.param(tenant(status("Ready"), finalizer=False), None, Redrive.INSTALL, id="ready-no-finalizer"),
-        pytest.param(tenant(status("Provisioning", ago=POLL + 1)), None, Redrive.CHECK, id="provisioning-past-a-poll"),
+        pytest.param(
+            tenant(status("Provisioning", ago=LOST * POLL + 1)), None, Redrive.CHECK, id="provisioning-poll-quiet"
+        ),
         pytest.param(tenant(status("Provisioning", ago=TIMEOUT + 1)), None, Redrive.TIMEOUT, id="provisioning-timeout"),
         pytest.param(tenant(pending(ago=TIMEOUT)), None, Redrive.INSTALL, id="pending-within-the-timeout"),
         pytest.param(tenant(pending(ago=TIMEOUT + 1)), None, Redrive.TIMEOUT, id="pending-timeout"),
@@ -243,16 +246,27 @@ def test_decide_leaves_a_failed_tenant_to_a_person(subject: Tenant) -> None:
     ("ago", "expected"),
     [
         (0, None),
-        (POLL - 1, None),
-        (POLL, None),  # exactly one poll: check-ready's own re-delivery is due only now
-        (POLL + 1, Redrive.CHECK),
+        (POLL + 1, None),  # a live poll writes nothing between heartbeats
+        (LOST * POLL, None),  # the heartbeat is due after HEARTBEAT_POLLS, and two polls of slack
+        (LOST * POLL + 1, Redrive.CHECK),
         (TIMEOUT, Redrive.CHECK),  # at the timeout, not past it
         (TIMEOUT + 1, Redrive.TIMEOUT),
         (TIMEOUT * 10, Redrive.TIMEOUT),
     ],
 )
-def test_decide_provisioning_waits_a_poll_then_checks_then_times_out(ago: int, expected: Redrive | None) -> None:
+def test_decide_provisioning_leaves_a_live_poll_then_checks_then_times_out(ago: int, expected: Redrive | None) -> None:
     assert decide(tenant(status("Provisioning", ago=ago)), NOW, SETTINGS, None) == expected
+
+
+@pytest.mark.parametrize(
+    ("polled_ago", "expected"),
+    [(0, None), (LOST * POLL, None), (LOST * POLL + 1, Redrive.CHECK)],
+)
+def test_decide_counts_a_poll_quiet_from_its_last_heartbeat(polled_ago: int, expected: Redrive | None) -> None:
+    """Issue 26 item 5: install wrote Provisioning long ago, check-ready's heartbeat
+    (``lastPolledAt``) says the chain is alive: resync starts no second one."""
+    state = status("Provisioning", ago=TIMEOUT - 1) | {"lastPolledAt": rfc3339(NOW - timedelta(seconds=polled_ago))}
+    assert decide(tenant(state), NOW, SETTINGS, None) == expected
 
 
 @pytest.mark.parametrize("ago", [TIMEOUT - 1, TIMEOUT, TIMEOUT + 1, TIMEOUT + 2])
@@ -494,7 +508,7 @@ def settled_by_previous_version(kube: FakeKube, helm: FakeHelm) -> tuple[str, da
 
 def poll_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     provisioning(kube, helm)
-    return events.PROVISIONING, synced_at(kube) + timedelta(seconds=POLL + 1)
+    return events.PROVISIONING, synced_at(kube) + timedelta(seconds=LOST * POLL + 1)
 
 
 def stored_kubeconfig_deleted(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
