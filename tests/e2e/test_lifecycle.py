@@ -27,12 +27,15 @@ import pytest
 import requests
 import yaml
 
+from shared import events
 from shared.kube import Kube
+from shared.locks import LEASE_SECONDS
 from shared.tenant import Tenant
 from shared.vcluster_api import VClusterApi
 from testbed.controlplane import as_syncer
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.project import project_path
+from testbed.toolchain import Toolchain
 
 from .rbac_usage import unused_rules
 from .support import (
@@ -68,11 +71,28 @@ CS_NED = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6a"
 CS_FAY = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6b"
 CS_DARK = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6c"
 CS_NARROW = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6d"
+CS_SLOW = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6e"
+
+
+SLOW_HELM_SECONDS = LEASE_SECONDS + 5  # helm of release vc-slow-*: longer than the work Lease lasts
+
+
+def helm_that_outlasts_the_lease(folder: Path, real: Path) -> Path:
+    """helm through ``HELM_EXECUTABLE``: an upgrade of a ``vc-slow-*`` release sleeps past the
+    work Lease first (before any request), then runs the real helm; anything else is the real helm."""
+    script = folder / "helm-that-outlasts-the-lease"
+    script.write_text(
+        f'#!/bin/sh\ncase "$1 $2" in "upgrade vc-slow-"*) sleep {SLOW_HELM_SECONDS};; esac\nexec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
 
 
 @pytest.fixture(scope="module")
-def pipeline() -> Iterator[Stack]:
+def pipeline(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    slow = helm_that_outlasts_the_lease(tmp_path_factory.mktemp("helm"), toolchain.helm)
     options = StackOptions(
+        function_env={"HELM_EXECUTABLE": str(slow)},
         api_token="lifecycle-token",
         vcluster_boot_seconds=3,
         vcluster_never_boot=r"vc-stuck-.*",
@@ -832,3 +852,56 @@ def test_a_refused_status_write_still_answers_json_and_is_counted(pipeline: Stac
         assert scraped(url, "controller_runtime_reconcile_total", labels) == before + 1
     finally:
         process.stop()
+
+
+def test_one_helm_operation_at_a_time_while_helm_outlasts_the_lease(pipeline: Stack, kube: Kube) -> None:
+    """Issue 26 item 3: helm takes longer than the work Lease lasts (a wrapper through
+    ``HELM_EXECUTABLE`` sleeps 35 s before the real helm; the Lease lasts 30 s), and a second
+    install process gets the Tenant's event once the Lease would have run out. Before, the Lease was
+    never renewed, so the second took it and ran helm on the same release under the first. Now the
+    holder renews it every 10 s: the second answers "in hand" (503) and the audit log shows one
+    helm operation: one release record created and none refused, the Lease renewed meanwhile."""
+    name = "slow-helm"
+    lease = f"lock-vcluster-{name}"
+    apply(pipeline, name, CS_SLOW)
+    taken = wait_for(
+        f"Lease {lease} taken",
+        lambda: exists(pipeline, "lease", lease, "-n", TENANT_NAMESPACE) and time.time(),
+        timeout=60,
+        interval=0.2,
+    )
+    obj = json.loads(pipeline.kubectl("get", "kt", name, "-n", TENANT_NAMESPACE, "-o", "json"))
+    headers, body = events.to_binary(events.make(events.INSTALL, "router", Tenant.from_object(obj).ref))
+    headers |= pipeline.delivery_authorization("tenant-install")
+    process, second = pipeline.start_replica("tenant-install", name="tenant-install-slow")
+    try:
+        wait_for("the Lease's time to pass", lambda: time.time() - taken > LEASE_SECONDS + 2, timeout=60)
+        answer = requests.post(second, headers=headers, data=body, timeout=120)
+    finally:
+        process.stop()
+    assert answer.status_code == 503 and answer.json().get("inHand") is True, answer.text
+    tenant = ready_and_announced(kube, pipeline, name, taken, timeout=120)
+    assert tenant.status.is_true("Ready", tenant.generation)
+
+    assert pipeline.control_plane is not None
+    audit = [
+        e
+        for e in map(json.loads, pipeline.control_plane.audit_log.read_text().splitlines())
+        if e.get("stage") == "ResponseComplete"
+    ]
+    records = [
+        e for e in audit if (e.get("objectRef") or {}).get("name", "").startswith("sh.helm.release.v1.vc-slow-helm.")
+    ]
+    assert [e["objectRef"]["name"] for e in records if e["verb"] == "create"] == ["sh.helm.release.v1.vc-slow-helm.v1"]
+    assert [e for e in records if e["responseStatus"]["code"] == 409] == [], "no helm found the release in use"
+    history = helm(pipeline, "history", "vc-slow-helm", "-n", "vcluster-slow-helm")
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "deployed")]
+    renewals = [
+        e
+        for e in audit
+        if e["verb"] == "update"
+        and (e.get("objectRef") or {}).get("name") == lease
+        and e["responseStatus"]["code"] == 200
+    ]
+    assert len(renewals) >= 3, "renewed every 10 s while helm ran"
+    delete_and_wait_gone(pipeline, kube, name)
