@@ -128,8 +128,7 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
             return Redrive.TIMEOUT  # install was asked, and never got it to Provisioning
         return Redrive.INSTALL
     if status.phase == Phase.PROVISIONING:
-        if since is None:
-            return Redrive.CHECK  # no start time to count the timeout from (a status edited by hand)
+        # A status with no start time (edited by hand) is never timed out, and its poll counts as lost.
         if lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds) is not None:
             return Redrive.TIMEOUT
         return Redrive.CHECK if lifecycle.poll_chain_lost(tenant, now, settings.ready_poll_seconds) else None
@@ -290,8 +289,10 @@ def _redrive(
     names = tenant.spec.names
     if action == Redrive.TIMEOUT:
         elapsed = lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds) or 0.0
-        phase = tenant.status.phase or Phase.PENDING
-        detail = "found by resync" + (f"; last: {tenant.status.message}" if phase == Phase.PENDING else "")
+        if tenant.status.phase == Phase.PENDING:
+            detail, phase = f"found by resync; last: {tenant.status.message}", Phase.PENDING
+        else:
+            detail, phase = "found by resync", Phase.PROVISIONING
         message = lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, detail, phase)
         mark_failed(kube, tenant.ref, message, ProvisionTimeout.reason)
         return ()

@@ -223,21 +223,26 @@ class Kube:
         (``spec.tenantName``, ``spec.cloudSpaceID``)."""
         items = _listed(
             f"list tenants {field_selector}",
-            lambda **page: self._custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, field_selector=field_selector, **page
+            functools.partial(
+                self._custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                field_selector=field_selector,
             ),
         )
         return [Tenant.from_object(item) for item in items]
 
     def list_tenant_objects(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace:
-            result = _call(
+            return _listed(
                 "list tenants",
-                lambda: self._custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
+                functools.partial(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
             )
-        else:
-            result = _call("list tenants", lambda: self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
-        return [dict(item) for item in result.get("items", [])]
+        return _listed(
+            "list tenants", functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        )
 
     def create_tenant(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         namespace = obj["metadata"]["namespace"]
@@ -338,9 +343,9 @@ class Kube:
 
     def list_owned_namespaces(self) -> list[OwnedNamespace]:
         """Every namespace that names a Tenant as its owner (label ``kubeopera.io/owner-uid``):
-        one LIST, however many there are."""
+        one LIST, a page of ``PAGE`` at a time, however many there are."""
         listed = _listed(
-            "list namespaces", lambda **page: self._core.list_namespace(label_selector=LABEL_OWNER_UID, **page)
+            "list namespaces", functools.partial(self._core.list_namespace, label_selector=LABEL_OWNER_UID)
         )
         return [
             OwnedNamespace(
@@ -449,30 +454,29 @@ class Kube:
     def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]:
         """(namespace, object) of every ResourceQuota, LimitRange and NetworkPolicy the chart
         rendered (``CHART_SELECTOR``), in ``namespace`` or, with None, in every namespace: three
-        LISTs, however many Tenants there are."""
+        LISTs, a page of ``PAGE`` at a time, however many Tenants there are."""
         kinds: tuple[tuple[str, Callable[..., Any], Callable[..., Any]], ...] = (
             (
                 "ResourceQuota",
                 self._core.list_resource_quota_for_all_namespaces,
-                lambda **kw: self._core.list_namespaced_resource_quota(namespace, **kw),
+                functools.partial(self._core.list_namespaced_resource_quota, namespace),
             ),
             (
                 "LimitRange",
                 self._core.list_limit_range_for_all_namespaces,
-                lambda **kw: self._core.list_namespaced_limit_range(namespace, **kw),
+                functools.partial(self._core.list_namespaced_limit_range, namespace),
             ),
             (
                 "NetworkPolicy",
                 self._networking.list_network_policy_for_all_namespaces,
-                lambda **kw: self._networking.list_namespaced_network_policy(namespace, **kw),
+                functools.partial(self._networking.list_namespaced_network_policy, namespace),
             ),
         )
         found: set[tuple[str, PolicyObject]] = set()
         for kind, everywhere, here in kinds:
-            fetch = here if namespace else everywhere
             items = _listed(
                 f"list {kind.lower()} {namespace or '(all namespaces)'}",
-                lambda fetch=fetch, **page: fetch(label_selector=CHART_SELECTOR, **page),
+                functools.partial(here if namespace else everywhere, label_selector=CHART_SELECTOR),
             )
             found |= {(str(i["metadata"]["namespace"]), PolicyObject(kind, str(i["metadata"]["name"]))) for i in items}
         return found

@@ -233,3 +233,15 @@ def poll_quiet(kube: Kube, name: str, poll: int = 1) -> None:
         return tenant is not None and lifecycle.poll_chain_lost(tenant, later, poll)
 
     wait_for(f"{name}'s poll quiet", quiet, timeout=(lifecycle.LOST_AFTER_POLLS + 1) * poll + 30, interval=0.2)
+
+
+def completed_requests(pipeline: Stack, named: str = "") -> list[dict[str, Any]]:
+    """The API server's audit log entries of answered requests (stage ResponseComplete), in
+    order; with ``named``, only those about an object whose name starts with it."""
+    assert pipeline.control_plane is not None
+    entries = map(json.loads, pipeline.control_plane.audit_log.read_text().splitlines())
+    return [
+        e
+        for e in entries
+        if e.get("stage") == "ResponseComplete" and (e.get("objectRef") or {}).get("name", "").startswith(named)
+    ]

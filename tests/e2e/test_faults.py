@@ -37,7 +37,7 @@ from testbed.processes import run
 from testbed.toolchain import Toolchain
 
 from .rbac_usage import unused_rules
-from .support import exists, helm, phase_of, poll_quiet, tenant_yaml, trigger_gone, wait_for
+from .support import completed_requests, exists, helm, phase_of, poll_quiet, tenant_yaml, trigger_gone, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -383,14 +383,7 @@ def test_duplicate_concurrent_deliveries_to_two_install_processes(
     for t in threads:
         t.join()
     assert sorted(answers) in ([200, 503], [200, 200], [200, 204]), answers
-    assert pipeline.control_plane is not None
-    creates = [
-        e
-        for e in map(json.loads, pipeline.control_plane.audit_log.read_text().splitlines())
-        if e.get("stage") == "ResponseComplete"
-        and e["verb"] == "create"
-        and (e.get("objectRef") or {}).get("name", "").startswith("sh.helm.release.v1.vc-fa-twin.")
-    ]
+    creates = [e for e in completed_requests(pipeline, "sh.helm.release.v1.vc-fa-twin.") if e["verb"] == "create"]
     assert len(creates) == 1, "one helm operation: one release record"
     start_adapter_again(pipeline)
     # install's reply went back to this test, not to a broker: the chain is resync's to resume,

@@ -39,6 +39,7 @@ from testbed.toolchain import Toolchain
 
 from .rbac_usage import unused_rules
 from .support import (
+    completed_requests,
     exists,
     helm,
     kubectl_as,
@@ -883,25 +884,15 @@ def test_one_helm_operation_at_a_time_while_helm_outlasts_the_lease(pipeline: St
     tenant = ready_and_announced(kube, pipeline, name, taken, timeout=120)
     assert tenant.status.is_true("Ready", tenant.generation)
 
-    assert pipeline.control_plane is not None
-    audit = [
-        e
-        for e in map(json.loads, pipeline.control_plane.audit_log.read_text().splitlines())
-        if e.get("stage") == "ResponseComplete"
-    ]
-    records = [
-        e for e in audit if (e.get("objectRef") or {}).get("name", "").startswith("sh.helm.release.v1.vc-slow-helm.")
-    ]
+    records = completed_requests(pipeline, "sh.helm.release.v1.vc-slow-helm.")
     assert [e["objectRef"]["name"] for e in records if e["verb"] == "create"] == ["sh.helm.release.v1.vc-slow-helm.v1"]
     assert [e for e in records if e["responseStatus"]["code"] == 409] == [], "no helm found the release in use"
     history = helm(pipeline, "history", "vc-slow-helm", "-n", "vcluster-slow-helm")
     assert [(h["revision"], h["status"]) for h in history] == [(1, "deployed")]
     renewals = [
         e
-        for e in audit
-        if e["verb"] == "update"
-        and (e.get("objectRef") or {}).get("name") == lease
-        and e["responseStatus"]["code"] == 200
+        for e in completed_requests(pipeline, lease)
+        if e["verb"] == "update" and e["objectRef"]["name"] == lease and e["responseStatus"]["code"] == 200
     ]
     assert len(renewals) >= 3, "renewed every 10 s while helm ran"
     delete_and_wait_gone(pipeline, kube, name)
