@@ -86,8 +86,7 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
         log.info(skip)
         _grant_if_ours(kube, tenant, settings)
         return None
-    names = tenant.spec.names
-    with installing(names.namespace, names.release, tenant.generation) as mine:
+    with installing(tenant.uid, tenant.generation) as mine:
         if not mine:
             log.info("another delivery in this process is installing this generation; nothing to add")
             return None

@@ -62,16 +62,17 @@ def _thread_lock(key: str) -> threading.Lock:
         return _local.setdefault(key, threading.Lock())
 
 
-_installing: dict[str, list[int]] = {}  # release -> the generations threads of this process install
+_installing: dict[str, list[int]] = {}  # Tenant uid -> the generations threads of this process install
 
 
 @contextmanager
-def installing(namespace: str, release: str, generation: int) -> Iterator[bool]:
+def installing(uid: str, generation: int) -> Iterator[bool]:
     """True (and, until the block ends, registered) when no other thread of this process is
-    installing ``release`` at ``generation`` or a newer one; False when one is."""
-    key = f"{namespace}/{release}"
+    installing the Tenant ``uid`` at ``generation`` or a newer one; False when one is. Keyed by the
+    Tenant, not its release: another Tenant naming the same ``tenantName`` is not a duplicate of
+    this one's delivery, and must go on to the work lock and the rival check that fail it."""
     with _local_guard:
-        running = _installing.setdefault(key, [])
+        running = _installing.setdefault(uid, [])
         mine = all(other < generation for other in running)
         if mine:
             running.append(generation)
@@ -82,10 +83,10 @@ def installing(namespace: str, release: str, generation: int) -> Iterator[bool]:
         yield True
     finally:
         with _local_guard:
-            running = _installing[key]
+            running = _installing[uid]
             running.remove(generation)
             if not running:
-                del _installing[key]
+                del _installing[uid]
 
 
 @contextmanager

@@ -1606,7 +1606,7 @@ def test_a_delivery_while_this_process_installs_the_same_generation_adds_nothing
     installing: they are answered at once, without a read of helm or a thread held."""
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     mark = len(kube.journal)
-    with locks.installing(BOB_NS, BOB_RELEASE, 1) as first:
+    with locks.installing(obj["metadata"]["uid"], 1) as first:
         assert first
         assert run_install(kube, helm, obj) is None
     assert helm.operations == [] and since(kube, mark) == []
@@ -1617,23 +1617,36 @@ def test_a_delivery_while_this_process_installs_the_same_generation_adds_nothing
 def test_a_newer_generation_is_not_coalesced_into_an_older_install(kube: FakeKube, helm: FakeHelm) -> None:
     provision(kube, helm)
     obj = kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "4"})
-    with locks.installing(BOB_NS, BOB_RELEASE, 1):
+    with locks.installing(obj["metadata"]["uid"], 1):
         assert run_install(kube, helm, obj) is not None
     assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}"), ("upgrade", f"{BOB_NS}/{BOB_RELEASE}")]
 
 
 def test_installing_counts_each_generation_until_its_own_block_ends() -> None:
-    with locks.installing("ns", "vc-a", 1) as g1:
-        with locks.installing("ns", "vc-a", 2) as g2:
+    with locks.installing("uid-a", 1) as g1:
+        with locks.installing("uid-a", 2) as g2:
             assert (g1, g2) == (True, True)
-            with locks.installing("ns", "vc-a", 1) as late:
+            with locks.installing("uid-a", 1) as late:
                 assert not late
-        with locks.installing("ns", "vc-a", 1) as again:
+        with locks.installing("uid-a", 1) as again:
             assert not again, "generation 1 is still being installed"
-        with locks.installing("ns", "vc-b", 1) as other:
-            assert other, "another release is not affected"
-    with locks.installing("ns", "vc-a", 1) as after:
+        with locks.installing("uid-b", 1) as other:
+            assert other, "another Tenant is not affected"
+    with locks.installing("uid-a", 1) as after:
         assert after, "nothing is left registered once every block ended"
+
+
+def test_a_rival_for_the_tenant_name_while_this_process_installs_the_first_is_failed_not_dropped(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """Found trying ``make run`` as a new user: Tenants carl and dora, both ``tenantName: carl``,
+    created together. dora's install delivery came while this process installed carl's release,
+    and the guard, keyed by the release, answered it "nothing to add" (204): dora stayed Pending
+    until resync's next pass. Keyed by the Tenant, dora goes on to the rival check, which fails it."""
+    first = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    rival = kube.add_tenant(tenant_object("bob-two", CS_OTHER, tenant_name="bob-dev"))
+    with locks.installing(first["metadata"]["uid"], 1), pytest.raises(OwnershipConflict, match="already used"):
+        run_install(kube, helm, rival)
 
 
 # a deletion racing an install (issue 26 item 4) ---------------------------------------------------
