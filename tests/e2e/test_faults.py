@@ -37,7 +37,16 @@ from testbed.processes import run
 from testbed.toolchain import Toolchain
 
 from .rbac_usage import unused_rules
-from .support import completed_requests, exists, helm, phase_of, poll_quiet, tenant_yaml, trigger_gone, wait_for
+from .support import (
+    completed_requests,
+    exists,
+    helm,
+    phase_of,
+    poll_quiet,
+    tenant_yaml,
+    trigger_filtered_away,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -661,16 +670,16 @@ def test_a_live_poll_is_left_alone_by_resync(pipeline: Stack, kube: Kube) -> Non
 def test_a_tenant_install_never_gets_is_failed_at_the_timeout_and_a_retry_provisions_it(
     pipeline: Stack, kube: Kube
 ) -> None:
-    """Issue 26 item 2: tenant-install's Trigger is gone (deleted by mistake), so the router's
-    install event is dropped and nothing sees the Tenant. resync's pass writes it Pending (from
+    """Issue 26 item 2: tenant-install's Trigger takes nothing (its filter broken by mistake), so
+    the router's install event is dropped and nothing sees the Tenant. resync's pass writes it Pending (from
     then its provision timeout counts) and re-drives install, dropped too; the first pass past the
     timeout fails it, saying install never got to it. Before, it stayed without a phase, re-driven
-    every pass, for ever. With the Trigger back, a retry by hand (only the phase patched to Pending,
+    every pass, for ever. With the filter back, a retry by hand (only the phase patched to Pending,
     as the original operator's runbook has it) provisions it: install marks the retry, so its clock
     starts again (the failure's time is long past the timeout)."""
     name = "fa-no-install"
     started = time.monotonic()
-    with trigger_gone(pipeline, "tenant-install"):
+    with trigger_filtered_away(pipeline, "tenant-install"):
         pipeline.kubectl("apply", "-f", "-", input=tenant_yaml(name, cs(24)))
         wait_for(
             f"the router's delivery for {name}",
@@ -697,13 +706,13 @@ def test_a_tenant_install_never_gets_is_failed_at_the_timeout_and_a_retry_provis
     assert failed.status.message.endswith("found by resync; last: accepted; waiting for install")
     condition = failed.status.condition("Ready")
     assert condition is not None and condition.reason == "ProvisionTimeout"
-    report("install's Trigger gone: Pending, failed at the timeout by resync", failed, started)
+    report("install's Trigger takes nothing: Pending, failed at the timeout by resync", failed, started)
 
     retried = time.monotonic()
     patch = json.dumps({"status": {"phase": "Pending"}})
     pipeline.kubectl("patch", "kt", name, "-n", TENANT_NAMESPACE, "--subresource=status", "--type=merge", "-p", patch)
     tenant = ready(kube, name)
-    report("... then the Trigger back and a retry by hand (phase patched to Pending)", tenant, retried)
+    report("... then its filter back and a retry by hand (phase patched to Pending)", tenant, retried)
     tick(pipeline)  # a pass now finds nothing to time out: the retry's mark, then Ready
     assert phase_of(kube, name, "Ready") is not None
 

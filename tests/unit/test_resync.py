@@ -649,7 +649,7 @@ def test_a_tenant_install_never_got_to_provisioning_is_failed_at_the_timeout(
     kube: FakeKube, helm: FakeHelm, sink: FakeSink
 ) -> None:
     """Issue 26 item 2: install accepted the Tenant (Pending) and then never provisioned it (its
-    deliveries lost, its Trigger gone, its dead letter lost too). resync re-drove it each pass;
+    deliveries lost, its Trigger taking nothing, its dead letter lost too). resync re-drove it each pass;
     past ``PROVISION_TIMEOUT_SECONDS`` from install's first sight it is Failed, saying so."""
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     first_sight(kube, Tenant.from_object(obj))
