@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 
@@ -39,3 +40,14 @@ def group_has_members(pgid: int) -> bool:
         if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
             return True
     return False
+
+
+def wait_group_gone(pgid: int, timeout: float = 5.0) -> bool:
+    """Wait until no process of the group is left (a SIGKILLed process dies when it is next
+    scheduled: on a loaded machine, not at once); False if one still is after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while group_has_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.processes.groups import group_has_members, signal_group
+from testbed.processes.groups import group_has_members, signal_group, wait_group_gone
 from testbed.processes.spec import ProcessSpec
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ class ManagedProcess:
             # Anything the leader forked and left in its group goes too.
             if group_has_members(self.pgid):
                 signal_group(self.pgid, signal.SIGKILL)
+                wait_group_gone(self.pgid)
             return self.popen.returncode
 
     def kill(self) -> int | None:
