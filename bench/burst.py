@@ -12,7 +12,7 @@ then ``runs`` times:
    (the parallel floor), each release in a namespace of its own, with a Tenant's values.
 
 From the same runs, off the wire (the service proxy between Knative's broker and the functions)
-and from the functions' ``answered`` log lines (``shared.timing``), it prints:
+and from the functions' ``answered`` log lines (``shared.observability.timing``), it prints:
 
 - **burst**: all Ready, per-Tenant time to Ready p50/p95/max, Tenants per minute, the floors,
   and the pipeline's throughput as a multiple of each floor;
@@ -50,9 +50,9 @@ from typing import Any
 import requests
 import yaml
 
-from shared.kube import Kube
-from shared.tenant import Phase, Tenant
-from shared.values import vcluster_values
+from shared.adapters.kube import Kube
+from shared.model.tenant import Phase, Tenant
+from shared.model.values import vcluster_values
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack

@@ -29,9 +29,10 @@ from collections.abc import Mapping, Sequence
 
 import requests
 
-from shared import events
-from shared.kube import Kube
-from shared.tenant import TenantRef
+from shared.adapters.kube import Kube
+from shared.delivery import events
+from shared.model import event_types
+from shared.model.tenant import TenantRef
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.ticker import ping_event
 from testbed.processes.ports import free_port
@@ -74,7 +75,7 @@ def event_for(service: str, stack: Stack, obj: Mapping[str, object], ref: Tenant
             "ce-specversion": "1.0",
             "ce-id": f"cold-{time.monotonic_ns()}",
             "ce-source": "https://kubernetes.default.svc",
-            "ce-type": events.APISERVER_UPDATE,
+            "ce-type": event_types.APISERVER_UPDATE,
             "ce-subject": f"/apis/kubeopera.io/v1alpha1/namespaces/{ref.namespace}/tenants/{ref.name}",
             "ce-kind": "Tenant",
             "content-type": "application/json",
@@ -83,13 +84,13 @@ def event_for(service: str, stack: Stack, obj: Mapping[str, object], ref: Tenant
     if service == "tenant-resync":
         return ping_event(project_path("eventing", "resync-pingsource.yaml"))
     kinds = {
-        "tenant-install": (events.INSTALL, ref),
-        "tenant-check-ready": (events.PROVISIONING, ref),
-        "tenant-store-kubeconfig": (events.READY, ref),
-        "tenant-notify-api": (events.KUBECONFIG_STORED, ref),
-        "tenant-cleanup": (events.CLEANUP, ref),
+        "tenant-install": (event_types.INSTALL, ref),
+        "tenant-check-ready": (event_types.PROVISIONING, ref),
+        "tenant-store-kubeconfig": (event_types.READY, ref),
+        "tenant-notify-api": (event_types.KUBECONFIG_STORED, ref),
+        "tenant-cleanup": (event_types.CLEANUP, ref),
         # another incarnation of the Tenant: the dead-letter sink reads it and has nothing to mark
-        "tenant-dead-letter": (events.PROVISIONING, TenantRef(ref.namespace, ref.name, "not-this-uid", 1)),
+        "tenant-dead-letter": (event_types.PROVISIONING, TenantRef(ref.namespace, ref.name, "not-this-uid", 1)),
     }
     event_type, about = kinds[service]
     extra = {"kubeconfigSecret": f"tenant-{REF_TENANT}-kubeconfig"} if service == "tenant-notify-api" else {}

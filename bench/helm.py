@@ -26,9 +26,10 @@ from pathlib import Path
 
 import requests
 
-from shared import events
-from shared.kube import Kube
-from shared.tenant import Tenant
+from shared.adapters.kube import Kube
+from shared.delivery import events
+from shared.model import event_types
+from shared.model.tenant import Tenant
 from testbed.local.stack import Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
@@ -88,7 +89,7 @@ def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
     def install_function() -> None:
         name = f"bench-fn-{next(counter)}"
         obj = kube.create_tenant(tenant(name))
-        headers, body = events.to_binary(events.make(events.INSTALL, "bench", Tenant.from_object(obj).ref))
+        headers, body = events.to_binary(events.make(event_types.INSTALL, "bench", Tenant.from_object(obj).ref))
         response = requests.post(
             stack.function_urls["tenant-install"], headers=headers | install_sender, data=body, timeout=120
         )

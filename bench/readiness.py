@@ -1,7 +1,7 @@
 """What proving Ready costs: check-ready's probe of a vCluster's API through the stored kubeconfig.
 
 check-ready asks a booted vCluster three questions over TLS with its own CA and client certificate
-(``shared.vcluster_api``): ``/readyz``, Service ``default/kubernetes``, Service
+(``shared.adapters.vcluster_api``): ``/readyz``, Service ``default/kubernetes``, Service
 ``kube-system/kube-dns``. This times ``VClusterApi().missing()`` against the vCluster stand-in's API
 (``testbed.standins.vcluster_api``), reached as on the fast tier through the service proxy's
 CONNECT tunnel, for vClusters with a CA and certificates each: the share of the Secret-written to
@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from shared.vcluster_api import VClusterApi
+from shared.adapters.vcluster_api import VClusterApi
 from testbed.standins.service_proxy import ServiceProxy
 from testbed.standins.vcluster import Identity, kubeconfig_for, serving_names
 from testbed.standins.vcluster_api import VirtualApi, VirtualApiServer

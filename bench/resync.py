@@ -27,8 +27,8 @@ from typing import Any
 
 import requests
 
-from shared.isolation import policy_objects
-from shared.kube import Kube
+from shared.adapters.kube import Kube
+from shared.model.isolation import policy_objects
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.ticker import ping_event
 
@@ -68,7 +68,7 @@ def template(stack: Stack) -> dict[str, dict[str, Any]]:
 
     tenant = get("kt", TEMPLATE, "-n", TENANT_NAMESPACE)
     cloud_space = tenant["spec"]["cloudSpaceID"]
-    # what install grants the functions in the namespace (shared.access): resync reads through it
+    # what install grants the functions in the namespace (shared.steps.access): resync reads through it
     grants = {
         f"{item['kind']} {item['metadata']['name']}": item
         for kind in ("roles", "rolebindings")
@@ -80,7 +80,7 @@ def template(stack: Stack) -> dict[str, dict[str, Any]]:
         "namespace": get("namespace", f"vcluster-{TEMPLATE}"),
         "statefulset": get("statefulset", f"vc-{TEMPLATE}", "-n", f"vcluster-{TEMPLATE}"),
         "secret": get("secret", f"tenant-{cloud_space}-kubeconfig", "-n", TENANT_NAMESPACE),
-        # the chart's namespace policies, which resync lists fleet-wide (shared.isolation)
+        # the chart's namespace policies, which resync lists fleet-wide (shared.model.isolation)
         **{
             f"{o.kind} {o.name}": get(o.kind.lower(), o.name, "-n", f"vcluster-{TEMPLATE}")
             for o in policy_objects(f"vc-{TEMPLATE}")

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from shared.kube import Kube
+from shared.adapters.kube import Kube
 from testbed.jaeger import start_jaeger
 from testbed.local.runner import tracing_env
 from testbed.local.stack import StackOptions, start_stack

@@ -7,8 +7,8 @@ import uuid
 
 import yaml
 
-from shared.kube import Kube
-from shared.tenant import Phase
+from shared.adapters.kube import Kube
+from shared.model.tenant import Phase
 from testbed.local.stack import TENANT_NAMESPACE, Stack
 
 

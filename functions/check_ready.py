@@ -5,7 +5,7 @@ Takes ``io.kubeopera.tenant.provisioning``. Ready means (``waiting_for``): the h
 ready (``observedGeneration``, ``updatedReplicas``, ``readyReplicas``: after a quota change that
 is the new revision, not the previous boot), Secret ``vc-{release}`` (written by vcluster)
 has key ``config``, and that very kubeconfig works: the vCluster's API answers ``/readyz``, and
-has its ``kubernetes`` Service and cluster DNS (``shared.vcluster_api``). A vCluster that says it is
+has its ``kubernetes`` Service and cluster DNS (``shared.adapters.vcluster_api``). A vCluster that says it is
 up but cannot be used through the kubeconfig can stay so (one booted with the wrong Service range
 does for ever), so that wait, unlike the boot's normal course, is written on the Tenant: its
 message and its ``Ready`` condition (reason ``VClusterNotServing``), when it changes. Not yet: 503 with
@@ -36,17 +36,30 @@ from datetime import datetime
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import access, events, lifecycle, metrics
+from shared.adapters.kube import Kube, Rollout
+from shared.adapters.release import DEPLOYED, FAILED, ReleaseRecords, Releases
+from shared.adapters.vcluster_api import VClusterProbe
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
-from shared.http import Step, function_app
-from shared.kube import Kube, Rollout
-from shared.naming import VCLUSTER_CONFIG_KEY, TenantNames
-from shared.reconcile import live_tenant, write_status
-from shared.release import DEPLOYED, FAILED, ReleaseRecords, Releases
+from shared.model import event_types, lifecycle
+from shared.model.naming import VCLUSTER_CONFIG_KEY, TenantNames
+from shared.model.tenant import (
+    COND_READY,
+    Condition,
+    Phase,
+    StatusUpdate,
+    Tenant,
+    TenantRef,
+    parse_time,
+    rfc3339,
+    utcnow,
+)
+from shared.observability import metrics
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import COND_READY, Condition, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
-from shared.vcluster_api import VClusterProbe
+from shared.steps import access
+from shared.steps.reconcile import live_tenant, write_status
 
 NAME = "check-ready"
 log = logging.getLogger(__name__)
@@ -105,7 +118,7 @@ def _waiting_for(
     rollout = kube.get_rollout(names.namespace, names.release) if release_status == DEPLOYED else None
     config = None
     if rollout is not None and rollout.done:
-        # Readable through install's RoleBinding in this namespace only (shared.access), as is
+        # Readable through install's RoleBinding in this namespace only (shared.steps.access), as is
         # helm's release record (read in handle); a 403 on either is temporary.
         with access.granted_at_run_time(names.namespace):
             config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
@@ -159,14 +172,14 @@ def handle(
         began = parse_time(tenant.status.last_synced_at)
         if began is not None:
             metrics.TIME_TO_READY.observe(max(0.0, (moment - began).total_seconds()))
-        return events.make(events.READY, NAME, tenant.ref)
+        return events.make(event_types.READY, NAME, tenant.ref)
     verdict = poll_verdict(tenant, waiting, settings, moment, event.get_time())
     if isinstance(verdict, TenantError):
         raise verdict
     _tell_polling(kube, tenant, api_missing, moment, settings.ready_poll_seconds)
     if verdict == Poll.RENEW:
         log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": waiting})
-        return events.make(events.PROVISIONING, NAME, tenant.ref)
+        return events.make(event_types.PROVISIONING, NAME, tenant.ref)
     metrics.READY_POLLS.inc()
     raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 
@@ -174,7 +187,7 @@ def handle(
 def create_app(runtime: Runtime | None = None) -> Flask:
     rt = runtime or Runtime.from_env(NAME)
     # helm's record read from the API, not `helm status`: no helm process per poll, and this
-    # function never loads helm's client (shared.release).
+    # function never loads helm's client (shared.adapters.release).
     releases = ReleaseRecords(rt.kube)
     vcluster = rt.vcluster_api_client()
     return function_app(

@@ -5,14 +5,14 @@ ApiServerSource's update shows it: install put the finalizer ``kubeopera.io/clea
 Tenant, so ``kubectl delete`` only sets its ``deletionTimestamp``, design.md section 3) and
 resync's (a deletion that never started or stalled). It re-reads the Tenant; for one that is being
 deleted, with the finalizer on (``lifecycle.wants_cleanup``), holding the work lock of its
-namespace (``shared.locks``: no install of it runs meanwhile, in any pod):
+namespace (``shared.steps.locks``: no install of it runs meanwhile, in any pod):
 
 1. phase Deleting (Event ``CleanupStarted``);
-2. if namespace ``vcluster-{tenantName}`` is this Tenant's (``shared.ownership``): ``helm
+2. if namespace ``vcluster-{tenantName}`` is this Tenant's (``shared.model.ownership``): ``helm
    uninstall`` of its release, then the namespace is deleted (its PVCs and everything else in it
    go with it); if the kubeconfig Secret is this Tenant's, it is deleted. Whatever belongs to
    someone else is left alone, with a Warning Event saying so. When helm's history of the release
-   was tampered with (``shared.release``: a Secret with its labels that helm did not write), helm
+   was tampered with (``shared.adapters.release``: a Secret with its labels that helm did not write), helm
    is not asked what to delete: the uninstall is skipped with a Warning Event ``ReleaseTampered``
    and the namespace deleted all the same;
 3. while the namespace still exists (Terminating), 503 with ``Retry-After:
@@ -27,7 +27,7 @@ namespace (``shared.locks``: no install of it runs meanwhile, in any pod):
    and that outlived it (reclaim policy ``Retain``: the vCluster's data, its CA key among it) is
    reported with a Warning Event ``VolumeRetained`` and in the log, or deleted when
    ``DELETE_RETAINED_VOLUMES`` is true (Event ``VolumeDeleted``); the Tenant's claim of its
-   cloudSpaceID is released (Lease ``cloudspace-<cloudSpaceID>``, ``shared.claims``; another
+   cloudSpaceID is released (Lease ``cloudspace-<cloudSpaceID>``, ``shared.steps.claims``; another
    Tenant's is left alone), Event ``CleanupFinished``, the finalizer is removed (which lets the
    API server delete the Tenant), and kubeopera-api is told the CloudSpace is ``deleted``
    (non-fatal, once, and not when another Tenant still claims the same ``cloudSpaceID``).
@@ -50,18 +50,15 @@ from typing import TYPE_CHECKING
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import claims, events, lifecycle, metrics
+from shared.adapters.kube import Kube, NamespaceInfo
+from shared.adapters.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import BadEvent, CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
-from shared.http import Step, function_app
-from shared.kube import Kube, NamespaceInfo
-from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
-from shared.locks import work_lock
-from shared.naming import LABEL_OWNER_UID, LABEL_TENANT_ID, TenantNames, tenant_name_in
-from shared.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
-from shared.reconcile import mark_failed, write_status
-from shared.runtime import Runtime
-from shared.settings import Settings
-from shared.tenant import (
+from shared.model import event_types, lifecycle
+from shared.model.naming import LABEL_OWNER_UID, LABEL_TENANT_ID, TenantNames, tenant_name_in
+from shared.model.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
+from shared.model.tenant import (
     Phase,
     StatusUpdate,
     Tenant,
@@ -71,9 +68,15 @@ from shared.tenant import (
     rfc3339,
     utcnow,
 )
+from shared.observability import metrics
+from shared.runtime import Runtime
+from shared.settings import Settings
+from shared.steps import claims
+from shared.steps.locks import work_lock
+from shared.steps.reconcile import mark_failed, write_status
 
 if TYPE_CHECKING:
-    from shared.helm import Helm
+    from shared.adapters.helm import Helm
 
 NAME = "cleanup"
 CLEANUP_FAILED = lifecycle.CLEANUP_FAILED
@@ -95,7 +98,7 @@ def handle(
     tenant = _to_clean(kube, ref)
     if tenant is None:
         return None
-    # Under the namespace's work lock (shared.locks): an install that read the Tenant before its
+    # Under the namespace's work lock (shared.steps.locks): an install that read the Tenant before its
     # deletion began finishes what it makes first, and this then sees it and removes it. The
     # Tenant is read again under it (that install wrote its status).
     with work_lock(kube, settings.tenant_namespace, tenant.spec.names):
@@ -223,7 +226,7 @@ def _wait(kube: Kube, settings: Settings, tenant: Tenant, event: BaseCloudEvent,
             )
     if events.renewal_due(event.get_time(), now, settings.cleanup_poll_seconds):
         log.info("renewing the poll event, so the broker's retry budget never ends it")
-        return events.make(events.CLEANUP, NAME, tenant.ref)
+        return events.make(event_types.CLEANUP, NAME, tenant.ref)
     raise NotReadyYet(message, retry_after=settings.cleanup_poll_seconds)
 
 
@@ -258,7 +261,7 @@ def _uninstall(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> No
     the release's objects with everything else in the namespace."""
     names = tenant.spec.names
     # helm reads and writes the release's Secrets through install's RoleBinding in this
-    # namespace (shared.access); a refusal is a helm failure, temporary like all of them.
+    # namespace (shared.steps.access); a refusal is a helm failure, temporary like all of them.
     try:
         claims.check_history(kube, tenant)
         helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))

@@ -16,7 +16,7 @@ nothing about a Tenant that is provisioning fine.
 
 Which step gave up is named by ``knativeerrordest`` when it names a function's Service, and
 otherwise by the event's type; what its dead letter means is that step's row of
-``shared.lifecycle.STEPS``: Failed with reason ``DeliveryFailed`` (install, check-ready,
+``shared.model.lifecycle.STEPS``: Failed with reason ``DeliveryFailed`` (install, check-ready,
 store-kubeconfig, notify-api), Failed with reason ``CleanupFailed`` (cleanup, resync's re-drive of
 it included), or nothing (the router: the change it could not route is re-driven by resync).
 """
@@ -31,12 +31,12 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import lifecycle
-from shared.http import IN_HAND, Step, function_app
-from shared.kube import Kube
-from shared.reconcile import fail, live_tenant
+from shared.adapters.kube import Kube
+from shared.delivery.http import IN_HAND, Step, function_app
+from shared.model import lifecycle
+from shared.model.tenant import Phase, Tenant, TenantRef, parse_time
 from shared.runtime import Runtime
-from shared.tenant import Phase, Tenant, TenantRef, parse_time
+from shared.steps.reconcile import fail, live_tenant
 
 NAME = "dead-letter"
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ the Knative Service decides:
 
 Pure standard library, no side effects beyond reading the environment at import. The hooks:
 ``on_starting`` gives the workers one metrics folder (``PROMETHEUS_MULTIPROC_DIR``, see
-``shared.metrics``), ``child_exit`` retires a dead worker's gauges, ``worker_exit`` flushes the
-worker's spans (``shared.tracing``).
+``shared.observability.metrics``), ``child_exit`` retires a dead worker's gauges, ``worker_exit`` flushes the
+worker's spans (``shared.observability.tracing``).
 """
 
 from __future__ import annotations
@@ -96,6 +96,6 @@ def child_exit(server: object, worker: Any) -> None:
 
 def worker_exit(server: object, worker: object) -> None:
     """A worker stops (SIGTERM, a restart): send the spans it still holds."""
-    from shared import tracing
+    from shared.observability import tracing
 
     tracing.shutdown()

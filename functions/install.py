@@ -1,14 +1,14 @@
 """install: turn a Tenant's spec into a vCluster Helm release, then hand over to check-ready.
 
 Takes ``io.kubeopera.tenant.install``: the router's (a Tenant change that is work for install,
-``shared.lifecycle.next_step``) and resync's. Re-reads the Tenant and leaves it alone when it is
+``shared.model.lifecycle.next_step``) and resync's. Re-reads the Tenant and leaves it alone when it is
 Failed (it waits for a patch to Pending), being deleted (cleanup's work), or already provisioned
 for its current generation (``lifecycle.install_skip_reason``). Otherwise, in this order:
 
 1. a Tenant seen for the first time is written as phase Pending;
 2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
    always waits for cleanup; then steps 3 to 7 run holding the namespace's work lock
-   (``shared.locks``: one install or cleanup of ``vcluster-{tenantName}`` at a time across every
+   (``shared.steps.locks``: one install or cleanup of ``vcluster-{tenantName}`` at a time across every
    pod), after reading the Tenant again under it: one being deleted by then is left to cleanup,
    and one another delivery provisioned meanwhile is left as it is;
 3. ownership (design.md section 1): an older Tenant asking for the same ``tenantName`` or
@@ -17,11 +17,11 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    namespace or release that carries another owner (or none of ours), fails this Tenant with a
    message naming the owner, and nothing of theirs is touched;
 4. namespace ``vcluster-{tenantName}`` is created with the owner labels and the Pod Security
-   labels (``shared.isolation``; made by this very Tenant before ownership labels existed, it is
+   labels (``shared.model.isolation``; made by this very Tenant before ownership labels existed, it is
    given them once; a Pod Security label removed or changed since is put back), and in it,
    first, install's own RoleBinding (its helm and chart rights: it holds none cluster-wide), then
    the Roles and RoleBindings that let check-ready, store-kubeconfig, cleanup and resync read
-   what they need there, and only there (``shared.access``), before anything that needs them
+   what they need there, and only there (``shared.steps.access``), before anything that needs them
    runs: nothing before this step reads a Secret (or anything else) in the namespace;
 5. helm's history of the release is checked (``claims.check_history``): a Secret that carries
    the release's labels but is not a record helm wrote fails the Tenant with reason
@@ -29,7 +29,7 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    operation runs;
 6. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
    if it already has these values); a release a killed helm left pending for longer than
-   ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.helm``);
+   ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.adapters.helm``);
 7. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 
 A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
@@ -49,18 +49,15 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import access, claims, events, lifecycle, service_range
+from shared.adapters.helm import Helm
+from shared.adapters.kube import Kube
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import NamespaceTerminating, PermanentError, TenantError
-from shared.helm import Helm
-from shared.http import Step, function_app
-from shared.isolation import policy_objects
-from shared.kube import Kube
-from shared.locks import installing, work_lock
-from shared.ownership import Claim, namespace_labels
-from shared.reconcile import first_sight, live_tenant, write_status
-from shared.runtime import Runtime
-from shared.settings import Settings
-from shared.tenant import (
+from shared.model import event_types, lifecycle, service_range
+from shared.model.isolation import policy_objects
+from shared.model.ownership import Claim, namespace_labels
+from shared.model.tenant import (
     COND_READY,
     COND_RELEASE_INSTALLED,
     Condition,
@@ -71,7 +68,12 @@ from shared.tenant import (
     rfc3339,
     utcnow,
 )
-from shared.values import keep_distro, vcluster_values
+from shared.model.values import keep_distro, vcluster_values
+from shared.runtime import Runtime
+from shared.settings import Settings
+from shared.steps import access, claims
+from shared.steps.locks import installing, work_lock
+from shared.steps.reconcile import first_sight, live_tenant, write_status
 
 NAME = "install"
 log = logging.getLogger(__name__)
@@ -180,7 +182,7 @@ def _install(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Base
             ),
         ),
     )
-    return events.make(events.PROVISIONING, NAME, tenant.ref)
+    return events.make(event_types.PROVISIONING, NAME, tenant.ref)
 
 
 def _grant_if_ours(kube: Kube, tenant: Tenant, settings: Settings) -> None:
@@ -199,7 +201,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     rt = runtime or Runtime.from_env(NAME)
     helm = rt.helm_client()
     # The host's Service range, in every release's values: the setting, or read from the cluster
-    # once, here; without one install does not start (shared.service_range).
+    # once, here; without one install does not start (shared.model.service_range).
     settings = dataclasses.replace(
         rt.settings, service_cidr=service_range.resolve(rt.settings.service_cidr, rt.kube.service_cidrs)
     )

@@ -16,13 +16,11 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import lifecycle
-from shared.http import Step, function_app
-from shared.kube import Kube
-from shared.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
-from shared.reconcile import live_tenant, write_status
-from shared.runtime import Runtime
-from shared.tenant import (
+from shared.adapters.kube import Kube
+from shared.adapters.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
+from shared.delivery.http import Step, function_app
+from shared.model import lifecycle
+from shared.model.tenant import (
     COND_CALLBACK,
     COND_KUBECONFIG_STORED,
     COND_READY,
@@ -33,6 +31,8 @@ from shared.tenant import (
     rfc3339,
     utcnow,
 )
+from shared.runtime import Runtime
+from shared.steps.reconcile import live_tenant, write_status
 
 NAME = "notify-api"
 log = logging.getLogger(__name__)

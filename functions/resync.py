@@ -30,9 +30,9 @@ Failed (waiting for a person), or Ready with no drift     nothing
 The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
 it reads the StatefulSet and the two Secrets of each Ready Tenant, ``OBSERVERS`` Tenants at a
 time (a pass is bound by the API server's latency, not by CPU: ``bench resync``), and lists the
-chart's namespace policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.isolation``)
+chart's namespace policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.model.isolation``)
 across the fleet in three calls. resync reads in a Tenant's namespace only what install grants it
-there (``shared.access``: the StatefulSet and vcluster's Secret, by name); a Tenant made before
+there (``shared.steps.access``: the StatefulSet and vcluster's Secret, by name); a Tenant made before
 that grant existed has none, and its reads are refused: resync sends it to install, which makes
 it (and changes nothing else of a settled Tenant), and looks again on the next tick. A Tenant
 being worked on at that moment may get a duplicate event, which the steps' idempotence and
@@ -41,7 +41,7 @@ and the pass runs again.
 
 Each pass also counts the Ready Tenants whose exported kubeconfig's client certificate expires
 within 30 days (``kubeopera_tenant_kubeconfigs_expiring``, with the seconds to the soonest; alert
-``KubeoperaTenantKubeconfigExpiring``), from the Secret it reads anyway (``shared.certificates``),
+``KubeoperaTenantKubeconfigExpiring``), from the Secret it reads anyway (``shared.steps.certificates``),
 and logs a warning naming each of them: ``kubeopera-tenants rotate`` re-issues its certificates.
 """
 
@@ -59,18 +59,21 @@ from datetime import datetime, timedelta
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import certificates, events, lifecycle, logs, metrics
+from shared.adapters.kube import Kube
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
+from shared.delivery.sink import Sink
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
-from shared.http import Step, function_app
-from shared.isolation import PolicyObject, policy_objects
-from shared.kube import Kube
-from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name_in
-from shared.ownership import orphaned_by
-from shared.reconcile import first_sight, mark_failed, write_status
+from shared.model import event_types, lifecycle
+from shared.model.isolation import PolicyObject, policy_objects
+from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name_in
+from shared.model.ownership import orphaned_by
+from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
+from shared.observability import logs, metrics
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.sink import Sink
-from shared.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
+from shared.steps import certificates
+from shared.steps.reconcile import first_sight, mark_failed, write_status
 
 NAME = "resync"
 log = logging.getLogger(__name__)
@@ -187,7 +190,7 @@ def observe(kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[
     """The Tenant's vCluster as it is: three reads, and ``policies`` (every namespace's, listed
     once a pass) for what the chart rendered in its namespace."""
     names = tenant.spec.names
-    try:  # through the Role install makes in the namespace (shared.access)
+    try:  # through the Role install makes in the namespace (shared.steps.access)
         present = kube.get_rollout(names.namespace, names.release) is not None
         written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     except Forbidden as err:
@@ -258,7 +261,7 @@ def orphans(kube: Kube, sink: Sink, settings: Settings, tenants: Sequence[Tenant
             continue
         log.warning("namespace left behind by a Tenant that no longer exists; sending it to cleanup", extra=extra)
         ref = TenantRef(owner.namespace, owner.name, owner.uid, 0)
-        sink.send(events.make(events.CLEANUP, NAME, ref, orphan=namespace.name))
+        sink.send(events.make(event_types.CLEANUP, NAME, ref, orphan=namespace.name))
         sent += 1
     metrics.ORPHANED_NAMESPACES.set(found)
     return {"ORPHAN": sent} if sent else {}
@@ -303,7 +306,7 @@ def _redrive(
     if action == Redrive.CLEANUP:
         # install first: for a Tenant made before install granted cleanup its reads in the
         # namespace, it grants them (access.grant_if_ours); for any other it reads and leaves.
-        return (events.make(events.INSTALL, NAME, tenant.ref), events.make(events.CLEANUP, NAME, tenant.ref))
+        return (events.make(event_types.INSTALL, NAME, tenant.ref), events.make(event_types.CLEANUP, NAME, tenant.ref))
     if action == Redrive.REINSTALL and drift is not None:
         tenant = write_status(
             kube,

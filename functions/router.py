@@ -1,7 +1,7 @@
 """router: the one door for Tenant changes; it sends on only those that are work.
 
 Takes the ApiServerSource's ``dev.knative.apiserver.resource.add`` / ``.update`` / ``.delete``,
-each carrying the whole Tenant, and decides from that object alone, with ``shared.lifecycle``
+each carrying the whole Tenant, and decides from that object alone, with ``shared.model.lifecycle``
 (``next_step``), whether a step has work: it replies ``io.kubeopera.tenant.install`` (no phase
 yet, a new generation, a Failed Tenant patched back to Pending, a settled one without our
 finalizer) or ``io.kubeopera.tenant.cleanup`` (a deletion cleanup has not started), or answers
@@ -27,11 +27,12 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import events, lifecycle
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import PermanentError
-from shared.http import Step, function_app
+from shared.model import event_types, lifecycle
+from shared.model.tenant import Tenant, TenantRef
 from shared.runtime import Runtime
-from shared.tenant import Tenant, TenantRef
 
 NAME = "router"
 log = logging.getLogger(__name__)
@@ -44,8 +45,8 @@ def route(event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
         tenant = Tenant.from_object(data if isinstance(data, dict) else {})
     except PermanentError as err:  # install re-reads the live Tenant and fails it, saying why
         log.warning("tenant object not readable; install decides", extra={"error": str(err)})
-        return events.make(events.INSTALL, NAME, ref)
-    step = lifecycle.next_step(tenant) if event.get_type() != events.APISERVER_DELETE else None
+        return events.make(event_types.INSTALL, NAME, ref)
+    step = lifecycle.next_step(tenant) if event.get_type() != event_types.APISERVER_DELETE else None
     if step is None:
         log.debug("no work in this change")
         return None

@@ -21,17 +21,19 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared import access, claims, events, lifecycle
+from shared.adapters.kube import Kube
+from shared.adapters.vcluster_api import UnusableKubeconfig, with_server
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import TemporaryError
-from shared.http import Step, function_app
-from shared.kube import Kube
-from shared.naming import KUBECONFIG_EXTERNAL_KEY, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
-from shared.ownership import judge, legacy_secret_labels, secret_labels
-from shared.reconcile import live_tenant
+from shared.model import event_types, lifecycle
+from shared.model.naming import KUBECONFIG_EXTERNAL_KEY, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.model.ownership import judge, legacy_secret_labels, secret_labels
+from shared.model.tenant import Phase, TenantRef
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import Phase, TenantRef
-from shared.vcluster_api import UnusableKubeconfig, with_server
+from shared.steps import access, claims
+from shared.steps.reconcile import live_tenant
 
 NAME = "store-kubeconfig"
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ def handle(kube: Kube, settings: Settings, ref: TenantRef) -> BaseCloudEvent | N
         return None
     names = tenant.spec.names
     claims.namespace_verdict(kube, tenant)  # refuses a namespace that is not this Tenant's
-    # Readable through install's Role in this namespace, by name, and nowhere else (shared.access);
+    # Readable through install's Role in this namespace, by name, and nowhere else (shared.steps.access);
     # a 403 here is temporary: the grant may not be in force yet.
     with access.granted_at_run_time(names.namespace):
         config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
@@ -71,7 +73,7 @@ def handle(kube: Kube, settings: Settings, ref: TenantRef) -> BaseCloudEvent | N
             namespace, names.kubeconfig_secret, data, labels, None if current is None else current.resource_version
         )
     log.info("kubeconfig stored", extra={"secret": names.kubeconfig_secret, "changed": not unchanged})
-    return events.make(events.KUBECONFIG_STORED, NAME, tenant.ref, kubeconfigSecret=names.kubeconfig_secret)
+    return events.make(event_types.KUBECONFIG_STORED, NAME, tenant.ref, kubeconfigSecret=names.kubeconfig_secret)
 
 
 def create_app(runtime: Runtime | None = None) -> Flask:

@@ -3,7 +3,7 @@
 ``status`` lists Tenants as ``kubectl get`` would, with the last message; ``retry`` is the
 runbook's manual step, patching a Failed Tenant's phase back to Pending so that install starts
 over; ``rotate`` has a Ready Tenant's vCluster issue new certificates and waits until the new
-kubeconfig is stored and announced (``shared.rotation``). All take ``--kubeconfig`` (or the usual
+kubeconfig is stored and announced (``shared.steps.rotation``). All take ``--kubeconfig`` (or the usual
 ``KUBECONFIG``).
 
 Other distributions add commands through the entry-point group ``kubeopera_tenants.commands``:
@@ -22,13 +22,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from shared import lifecycle
+from shared.adapters.kube import Kube
 from shared.errors import Conflict, TenantError
-from shared.kube import Kube
-from shared.naming import DEFAULT_TENANT_NAMESPACE
-from shared.reconcile import retry_update
-from shared.rotation import RotationError, rotate
-from shared.tenant import Phase, parse_time
+from shared.model import lifecycle
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.tenant import Phase, parse_time
+from shared.steps.reconcile import retry_update
+from shared.steps.rotation import RotationError, rotate
 
 COMMANDS_GROUP = "kubeopera_tenants.commands"
 

@@ -1,6 +1,6 @@
 """The error hierarchy: every failure says whether it is temporary or permanent.
 
-The HTTP layer (``shared.http``) maps these to status codes in one place, following Knative's
+The HTTP layer (``shared.delivery.http``) maps these to status codes in one place, following Knative's
 delivery rules (design.md section 2, rule 4): a ``TemporaryError`` becomes 503 (with
 ``Retry-After`` when it names a delay) so the broker re-delivers; a ``PermanentError`` becomes
 422, which Knative does not retry, and the function marks the Tenant Failed with the message
@@ -56,7 +56,7 @@ class PermanentError(TenantError):
 class Forbidden(PermanentError):
     """The API server refused the request (401, 403): a rule this identity lacks. Permanent, since
     a missing rule of ``deploy/`` does not heal by retrying; the one exception is access that
-    install grants at run time in a Tenant's namespace, where ``shared.access`` makes it
+    install grants at run time in a Tenant's namespace, where ``shared.steps.access`` makes it
     temporary (the grant may not be in force yet)."""
 
 
@@ -70,7 +70,7 @@ class OwnershipConflict(PermanentError):
 class ReleaseTampered(PermanentError):
     """helm's history of a release holds a Secret that is not one of helm's records: it carries the
     release's labels (``owner=helm``, ``name=<release>``) but not the type, the name or the
-    ``version`` label helm gives a record (``shared.release``). No helm operation may trust that
+    ``version`` label helm gives a record (``shared.adapters.release``). No helm operation may trust that
     history; the message names each such Secret, its type and labels, never its data."""
 
     reason = "ReleaseTampered"

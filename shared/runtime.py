@@ -6,7 +6,7 @@ Two ways to build a ``Runtime``, and only two:
   calls it with no argument. Settings come from the environment (a bad one fails the process
   start with ``ConfigError`` instead of failing requests later), logs are set up, and the
   Kubernetes client uses the pod's credentials (or ``$KUBECONFIG``); tracing is set up when
-  the ``OTEL_*`` variables ask for it (``shared.tracing``).
+  the ``OTEL_*`` variables ask for it (``shared.observability.tracing``).
 - ``Runtime(settings=..., kube=..., helm=..., ...)``: the parts as given, with no environment
   read and no connection made; the unit tests pass ``create_app`` one made of in-memory stand-ins.
 
@@ -25,19 +25,19 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shared import logs, tracing
+from shared.adapters.kube import Kube
+from shared.adapters.kubeopera_api import KubeoperaApi
+from shared.adapters.vcluster_api import VClusterApi, VClusterProbe
+from shared.delivery.senders import SenderCheck, SenderPolicy
+from shared.delivery.sink import Sink
 from shared.errors import PermanentError, TemporaryError
-from shared.kube import Kube
-from shared.kubeopera_api import KubeoperaApi
-from shared.reconcile import mark_failed
-from shared.senders import SenderCheck, SenderPolicy
+from shared.model.tenant import TenantRef
+from shared.observability import logs, tracing
 from shared.settings import Settings
-from shared.sink import Sink
-from shared.tenant import TenantRef
-from shared.vcluster_api import VClusterApi, VClusterProbe
+from shared.steps.reconcile import mark_failed
 
 if TYPE_CHECKING:  # imported by helm_client: a function that never asks for helm never loads pyhelm3
-    from shared.helm import Helm
+    from shared.adapters.helm import Helm
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Runtime:
     def helm_client(self) -> Helm:
         if self.helm is not None:
             return self.helm
-        from shared.helm import Helm
+        from shared.adapters.helm import Helm
 
         return Helm(
             self.settings.chart_ref,

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlparse
 
-from shared import service_range
 from shared.errors import ConfigError
-from shared.isolation import Isolation
-from shared.naming import DEFAULT_TENANT_NAMESPACE
-from shared.values import DISTROS
+from shared.model import service_range
+from shared.model.isolation import Isolation
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.values import DISTROS
 
 # The check-ready and cleanup Triggers' retryAfterMax (eventing/triggers): the broker caps every
 # Retry-After at it, so a longer poll would silently become this one (and check-ready's count of
@@ -66,23 +66,23 @@ class Settings:
     sink_url: str = ""  # K_SINK: where a function sends events of its own (resync; SinkBinding sets it)
     # SINK_TOKEN_FILE: the sender token for K_SINK, where Knative's SinkBinding mounts it with OIDC on
     sink_token_file: Path = Path("/oidc/token")
-    # Sender identity (shared.senders). From the environment it is on unless SENDER_IDENTITY=off;
+    # Sender identity (shared.delivery.senders). From the environment it is on unless SENDER_IDENTITY=off;
     # a Settings built in code (the unit tests) checks no sender unless it is given an audience.
     sender_audience: str = ""  # SENDER_AUDIENCE: the audience the broker's tokens carry for this function
     sender_subjects: frozenset[str] = frozenset()  # SENDER_SUBJECTS: identities allowed to deliver
-    # A tenant's namespace policies and Pod Security level (shared.isolation: TENANT_RESOURCE_QUOTA,
+    # A tenant's namespace policies and Pod Security level (shared.model.isolation: TENANT_RESOURCE_QUOTA,
     # TENANT_LIMIT_DEFAULT, TENANT_LIMIT_DEFAULT_REQUEST, TENANT_EGRESS_CIDR, TENANT_EGRESS_EXCEPT,
     # POD_SECURITY_ENFORCE; each defaults to the vcluster 0.21.2 chart's own default, baseline).
     isolation: Isolation = Isolation()
     # SERVICE_CIDR: the host cluster's Service range, sent to every vCluster as ``serviceCIDR``
-    # (shared.service_range). Empty: install reads it from the cluster at start.
+    # (shared.model.service_range). Empty: install reads it from the cluster at start.
     service_cidr: str = ""
     # DELETE_RETAINED_VOLUMES: cleanup deletes a PersistentVolume of the Tenant's namespace left
     # behind with reclaim policy Retain (default: it only reports it, functions.cleanup).
     delete_retained_volumes: bool = False
     # VCLUSTER_DISTRO: the control plane a new vCluster runs, ``k3s`` (the original's) or ``k8s``
     # (upstream vcluster has since removed k3s). A vCluster keeps the distro it was made with
-    # (shared.values.keep_distro): changing it would be a new, empty cluster, not an upgrade.
+    # (shared.model.values.keep_distro): changing it would be a new, empty cluster, not an upgrade.
     distro: str = "k3s"
     # VCLUSTER_EXTERNAL_SERVER: an address outside the cluster where each vCluster is reachable
     # (your ingress or load balancer), with the Tenant's names in it, e.g.

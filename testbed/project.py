@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CHART_DIR = Path(__file__).resolve().parent / "chart"  # the stand-in vcluster chart

@@ -50,7 +50,7 @@ REGISTRY_CA_DIR = "/etc/kubeopera-testbed/registry-ca"
 REGISTRY_CA_FILE = f"{REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}"
 # The functions whose create_app asks the runtime for a helm client (shared.runtime.helm_client):
 # install (install/upgrade: pulls the chart) and cleanup (uninstall). check-ready reads helm's
-# release record from the API (shared.release).
+# release record from the API (shared.adapters.release).
 HELM_MODULES = frozenset({"install", "cleanup"})
 AUTOSCALING_PREFIX = "autoscaling.knative.dev/"
 _ADDED = frozenset({("Service", API_SERVICE), ("EndpointSlice", API_SERVICE), ("ConfigMap", REGISTRY_CA)})

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from shared.adapters.kube import Kube
 from shared.errors import TenantError
-from shared.kube import Kube
-from shared.tenant import Tenant
+from shared.model.tenant import Tenant
 from testbed.cluster.scaling import ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterOptions, ClusterStack, start_cluster
 from testbed.processes import ProcessError, install_signal_handlers

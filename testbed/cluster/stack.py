@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 from testbed.cluster import podlogs, release
 from testbed.controlplane import pki
 from testbed.images import build_all

@@ -40,7 +40,7 @@ stage's ENV, USER, WORKDIR, EXPOSE and ENTRYPOINT; tests/deploy checks the two a
   their RECORD lines are updated to match (:mod:`.distributions`).
 - helm (the test bed's, :attr:`testbed.toolchain.Toolchain.helm`) at ``/usr/local/bin/helm``, and
   coreutils' ``timeout`` at ``/usr/bin/timeout``, as python:3.11-slim has it (every helm runs
-  under it: ``HELM_DEADLINE_SECONDS``, :mod:`shared.helm`).
+  under it: ``HELM_DEADLINE_SECONDS``, :mod:`shared.adapters.helm`).
 - ``/etc/passwd`` and ``/etc/group`` with root and ``app`` (65532), ``/etc/nsswitch.conf``, the
   CA bundle (and OpenSSL's ``cert.pem``/``certs`` links to it, as Debian has them), ``/tmp``
   (1777), ``/home/app`` and ``/var/lib/kubeopera/helm`` owned by 65532.

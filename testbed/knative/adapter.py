@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 from testbed.processes import (
     ManagedProcess,
     NotReadyError,

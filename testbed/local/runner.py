@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
+from shared.adapters.kube import Kube
 from shared.errors import TenantError
-from shared.kube import Kube
-from shared.tenant import Phase, Tenant
+from shared.model.tenant import Phase, Tenant
 from testbed.jaeger import Jaeger, TraceSpan, start_jaeger
 from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack

@@ -71,9 +71,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from shared import logs
+from shared.adapters.kube import Kube
 from shared.errors import TemporaryError, TenantError
-from shared.kube import Kube
+from shared.observability import logs
 from testbed.controlplane import pki
 from testbed.processes import ProcessSpec
 from testbed.standins.vcluster_api import VirtualApi, VirtualApiServer

@@ -142,7 +142,7 @@ def test_a_pod_cannot_forge_an_event(cluster: ClusterStack) -> None:
 
 PROBE = """
 import base64, yaml
-from shared.vcluster_api import VClusterApi
+from shared.adapters.vcluster_api import VClusterApi
 config = yaml.safe_load(base64.b64decode("{config}"))
 for server in ("https://vc-pia.vcluster-pia.svc:443", "https://vc-pia.vcluster-pia.svc.cluster.local:443"):
     config["clusters"][0]["cluster"]["server"] = server

@@ -1,6 +1,6 @@
 """The monitoring files of deploy/monitoring as data: the alert rules (the PrometheusRule's
 ``spec``), the dashboard's expressions, and the metric names they read, against what
-shared/metrics.py defines. Used by tests/deploy/test_monitoring.py (promtool, definitions) and
+shared/observability/metrics.py defines. Used by tests/deploy/test_monitoring.py (promtool, definitions) and
 the end-to-end tests (the names really scraped)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from shared import metrics
+from shared.observability import metrics
 
 from .manifests import DEPLOY
 
@@ -102,7 +102,7 @@ def monitored_metric_names() -> dict[str, set[str]]:
 
 
 def defined_metric_names() -> set[str]:
-    """The sample names of every metric shared/metrics.py defines, as Prometheus stores them
+    """The sample names of every metric shared/observability/metrics.py defines, as Prometheus stores them
     (a counter ``x`` as ``x_total``, a histogram as ``x_bucket``, ``x_count``, ``x_sum``)."""
     names: set[str] = set()
     for collector in vars(metrics).values():

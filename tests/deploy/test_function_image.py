@@ -7,8 +7,8 @@ deploy/base/services runs that entry point as that user.
 
 Integration (root only: it uses chroot): the image built for real, its layer unpacked as a
 container runtime would, and, as uid 65532 in a chroot of it, the interpreter, the packages,
-helm through ``/bin/sh`` and ``timeout`` (as ``shared.helm`` runs it), the writable folders, and each Service's start
-command serving ``/healthz`` and stopping on SIGTERM.
+helm through ``/bin/sh`` and ``timeout`` (as ``shared.adapters.helm`` runs it), the writable
+folders, and each Service's start command serving ``/healthz`` and stopping on SIGTERM.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from shared.helm import deadline_wrapper
+from shared.adapters.helm import deadline_wrapper
 from testbed import toolchain
 from testbed.images import FUNCTION_IMAGE, build_function_image, extract_layer, function_image_config, read_image
 from testbed.images import function as fn
@@ -158,7 +158,7 @@ def test_image_is_named_and_configured(function_image: Path) -> None:
 # Run in the image as the app user: the packages import, who it is, where it may write.
 CHECKS = """\
 import os, pwd, sqlite3, ssl, sys
-import cloudevents, flask, functions.install, kubernetes, opentelemetry.sdk, pyhelm3, shared.kube
+import cloudevents, flask, functions.install, kubernetes, opentelemetry.sdk, pyhelm3, shared.adapters.kube
 print(sys.prefix)
 print(pwd.getpwuid(os.getuid()).pw_name, os.path.expanduser("~"))
 for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "CHART_CACHE_DIR"):
@@ -174,14 +174,14 @@ except PermissionError:
 @pytest.mark.integration
 def test_image_runs_the_packages_and_helm_as_the_app_user(image_root: Path) -> None:
     (image_root / "tmp" / "checks.py").write_text(CHECKS)
-    deadline_wrapper("helm", 60, image_root / "tmp" / "bin")  # as shared.helm makes it in the pod
+    deadline_wrapper("helm", 60, image_root / "tmp" / "bin")  # as shared.adapters.helm makes it in the pod
     checks = "python3.11 /tmp/checks.py && gunicorn --version && /tmp/bin/helm-with-deadline version --short"
     result = _in_image(image_root, checks)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[:3] == ["/usr/local", "app /home/app", "root-owned files are read-only"], result.stdout
     assert lines[3].startswith("gunicorn (version 23."), result.stdout
-    assert lines[4] == toolchain.HELM_VERSION, "helm runs through /bin/sh and timeout, as shared.helm runs it"
+    assert lines[4] == toolchain.HELM_VERSION, "helm runs through /bin/sh and timeout, as shared.adapters.helm runs it"
     scripts = image_root / "usr" / "local" / "bin"
     assert (scripts / "gunicorn").read_text().startswith("#!/usr/local/bin/python3.11\n")
 
@@ -203,7 +203,7 @@ def test_start_command_serves_in_the_image(name: str, image_root: Path) -> None:
     port = _free_port()
     env = {**config_map["data"], "KUBECONFIG": f"/tmp/{kubeconfig.name}", "PORT": str(port), "K_SERVICE": name}
     # No API server here: install takes the host's Service range from the setting instead of
-    # reading the cluster's ServiceCIDRs at start (shared/service_range.py).
+    # reading the cluster's ServiceCIDRs at start (shared/model/service_range.py).
     env["SERVICE_CIDR"] = "10.96.0.0/12"
     env["K_SINK"] = "http://broker-ingress.knative-eventing.svc.cluster.local/kubeopera-system/default"  # SinkBinding
     env.update({item["name"]: item["value"] for item in container.get("env", []) if "value" in item})

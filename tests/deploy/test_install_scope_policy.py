@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 
 from .manifests import DEPLOY, RBAC, documents, impersonating, kubectl_run
 
@@ -53,7 +53,7 @@ def lease(name: str, namespace: str) -> str:
 
 
 def own_binding(name: str, namespace: str) -> str:
-    """A RoleBinding of install's per-namespace ClusterRole to install, as shared/access.py makes it."""
+    """A RoleBinding of install's per-namespace ClusterRole to install, as shared/steps/access.py makes it."""
     return yaml.safe_dump(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -173,7 +173,7 @@ def test_policy_keeps_install_inside_its_namespaces(
     recorded = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(event))
     assert recorded.returncode == 0, recorded.stderr
     run(kubectl, kube_admin_kubeconfig, "delete", "event", f"probe-{other}", "-n", NAMESPACE)
-    # At home it holds the work lock of a Tenant's namespace (shared/locks.py), and only that
+    # At home it holds the work lock of a Tenant's namespace (shared/steps/locks.py), and only that
     # kind of Lease besides the claims of cloudSpaceIDs.
     lock = f"lock-vcluster-{other}"
     taken = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=lease(lock, NAMESPACE))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared import lifecycle
+from shared.model import lifecycle
 
 from .manifests import (
     CONFIG_FEATURES_PATCH,

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from shared import access, events, lifecycle
-from shared.locks import LEASE_SECONDS
-from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model import event_types, lifecycle
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 from shared.settings import HELM_KILL_AFTER_SECONDS, Settings
+from shared.steps import access
+from shared.steps.locks import LEASE_SECONDS
 from testbed import toolchain
 
 from .manifests import (
@@ -51,8 +52,8 @@ CLUSTER_SCOPED = {
 }
 # Where helm and the chart cache write; the image sets them (Dockerfile ENV), for every function.
 HELM_HOME_VARS = ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME", "CHART_CACHE_DIR")
-HELM_FUNCTIONS = {"tenant-install", "tenant-cleanup"}  # check-ready reads helm's record from the API (shared.release)
-ADD_UPDATE_DELETE = [events.APISERVER_ADD, events.APISERVER_UPDATE, events.APISERVER_DELETE]
+HELM_FUNCTIONS = {"tenant-install", "tenant-cleanup"}  # check-ready reads helm's record from the API (adapters.release)
+ADD_UPDATE_DELETE = [event_types.APISERVER_ADD, event_types.APISERVER_UPDATE, event_types.APISERVER_DELETE]
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
 
 
@@ -147,7 +148,7 @@ def longest_lease_hold() -> int:
 
 def test_installs_retries_outlast_the_longest_hold_of_the_work_lock(kubectl: Path, tmp_path: Path) -> None:
     """Issue 26 item 1: a delivery that finds another pod's helm running answers 503 with
-    Retry-After 5 (shared.locks); its retries must last until that pod's Lease is free, with
+    Retry-After 5 (shared.steps.locks); its retries must last until that pod's Lease is free, with
     the retryafter feature and without it, or the Tenant is provisioned only at resync's next pass."""
     shipped = file_documents(TRIGGERS / "tenant-install.yaml")[0]["spec"]["delivery"]
     without = objects_of(documents(render_without_retryafter(kubectl, tmp_path / "overlay")), "Trigger")
@@ -251,7 +252,7 @@ ONE_TYPE_STEPS = [step for step in lifecycle.STEPS if step not in (lifecycle.ROU
 
 @pytest.mark.parametrize("step", ONE_TYPE_STEPS, ids=lambda step: step.function)
 def test_step_triggers_filter_on_the_exact_type_the_lifecycle_table_gives(step: lifecycle.Step) -> None:
-    """shared.lifecycle.STEPS is the one table of who takes what: each step's Trigger passes
+    """shared.model.lifecycle.STEPS is the one table of who takes what: each step's Trigger passes
     exactly its event type, so no Tenant change (the router's) reaches install or cleanup."""
     (doc,) = file_documents(TRIGGERS / f"{step.function}.yaml")
     (event_type,) = step.takes
@@ -352,7 +353,7 @@ def test_rbac_file_is_one_identity(name: str) -> None:
         if binding["kind"] == "RoleBinding":
             assert binding["roleRef"]["kind"] == "Role", "a RoleBinding here binds this file's Role"
     # The file's ClusterRole for Tenant namespaces is bound in each of them by tenant-install, at
-    # run time (shared/access.py; tests/deploy/test_namespace_access.py), never here.
+    # run time (shared/steps/access.py; tests/deploy/test_namespace_access.py), never here.
     at_run_time = {("ClusterRole", access.cluster_role(name))} if name in access.BOUND else set()
     assert not bound & at_run_time
     assert bound | at_run_time == roles, "every Role of the file is bound to its ServiceAccount, and only those"

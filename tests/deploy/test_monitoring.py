@@ -1,7 +1,7 @@
 """deploy/monitoring: the alert rules pass ``promtool check rules`` and their unit tests
 (deploy/monitoring/tests/alerts.test.yaml, ``promtool test rules``), every PromQL expression of
 the Grafana dashboard parses, and every metric the alerts and the dashboard read is one that
-shared/metrics.py defines.
+shared/observability/metrics.py defines.
 
 The promtool checks are marked ``integration`` (promtool is a built tool, from
 ``testbed.toolchain``); the metric-name checks need nothing. The files as data are in
@@ -150,6 +150,6 @@ def test_the_monitoring_reads_only_metrics_the_functions_export() -> None:
     assert "kubeopera_tenants" in defined and "controller_runtime_reconcile_time_seconds_bucket" in defined
     assert used, "the alerts and the dashboard read no metric of ours"
     unknown = {metric: sorted(where) for metric, where in used.items() if metric not in defined}
-    assert not unknown, f"read but not defined in shared/metrics.py: {unknown}"
+    assert not unknown, f"read but not defined in shared/observability/metrics.py: {unknown}"
     for name in EXPECTED_ALERTS:
         assert any(f"alerts.yaml: {name}" in where for where in used.values()), f"{name} reads no metric of ours"

@@ -1,5 +1,5 @@
 """No function reads Secrets cluster-wide, install included: the manifests hold what
-``shared.access`` binds in each Tenant's namespace, bind it nowhere themselves, give install
+``shared.steps.access`` binds in each Tenant's namespace, bind it nowhere themselves, give install
 ``bind`` on exactly those ClusterRoles and, through its own one there, every rule of the Roles
 it makes (Kubernetes' escalation check), as read from the files of ``deploy/base/rbac``."""
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from shared import access
-from shared.naming import DEFAULT_TENANT_NAMESPACE
-from shared.rbac import Rule
-from shared.tenant import Tenant
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.rbac import Rule
+from shared.model.tenant import Tenant
+from shared.steps import access
 
 from .manifests import EVENTING, RBAC, documents
 
@@ -116,7 +116,7 @@ def test_install_binds_exactly_the_cluster_roles_it_grants_in_a_namespace() -> N
     rbac_group = ("rbac.authorization.k8s.io",)
     assert covers(install, Rule(rbac_group, ("rolebindings",), ("get", "create", "patch", "delete")))
     # but nothing else cluster-wide: no Secret, no chart kind (the ServiceCIDRs, read at start, are
-    # cluster-scoped: shared/service_range.py)
+    # cluster-scoped: shared/model/service_range.py)
     resources = {resource for rule in install for resource in rule.resources}
     assert resources == {"namespaces", "rolebindings", "clusterroles", "servicecidrs"}
 

@@ -1,6 +1,6 @@
 """Sender identity in the manifests: the Triggers, the functions' settings and the Broker's
 EventPolicy agree, so that with Knative's authentication-oidc each function accepts exactly the
-broker's deliveries meant for it (shared/senders.py) and the Broker only our own senders.
+broker's deliveries meant for it (shared/delivery/senders.py) and the Broker only our own senders.
 
 The subjects are Knative's names for a Trigger's identity (pkg/auth/serviceaccount.go:
 kmeta.ChildName(<trigger>, "-oidc-eventing.knative.dev-trigger"), lowercased; a name over 63

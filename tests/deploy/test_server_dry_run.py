@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 from testbed import toolchain
 
 from .manifests import CONFIG_FEATURES_PATCH, DEPLOY, OVERLAYS, documents, file_documents

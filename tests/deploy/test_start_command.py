@@ -89,7 +89,7 @@ def _environment(service: dict[str, Any], site: Path, work: Path, port: int) -> 
             env[item["name"]] = item["value"].replace(HELM_HOME, str(work / "helm"))
     env["VCLUSTER_CHART"] = str(CHART_DIR)
     # No API server here: install takes the host's Service range from the setting instead of
-    # reading the cluster's ServiceCIDRs at start (shared/service_range.py).
+    # reading the cluster's ServiceCIDRs at start (shared/model/service_range.py).
     env["SERVICE_CIDR"] = "10.96.0.0/12"
     for binding in objects_of(file_documents(EVENTING / "resync-sinkbinding.yaml"), "SinkBinding").values():
         if binding["spec"]["subject"]["name"] == service["metadata"]["name"]:

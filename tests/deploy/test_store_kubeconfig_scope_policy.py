@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 
 from .manifests import DEPLOY, RBAC, documents, impersonating, kubectl_run
 

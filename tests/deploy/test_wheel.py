@@ -5,7 +5,7 @@ the Python modules of ``shared/`` and ``functions/``: no test bed, no chart, no 
 dependencies are exactly what those modules import (gunicorn, the server the image runs, aside),
 so nothing the test bed alone needs (``pytest``) reaches the image. ``PyYAML`` and ``cryptography``
 are the runtime's own since check-ready reads the kubeconfig vcluster exports
-(shared/vcluster_api.py) and resync its certificate's expiry (shared/certificates.py). Its only
+(shared/adapters/vcluster_api.py) and resync its certificate's expiry (shared/steps/certificates.py). Its only
 command is the operator's ``kubeopera-tenants`` (``status``,
 ``retry``); ``local`` comes from the test bed's own distribution.
 """

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shared.kube import Kube
+from shared.adapters.kube import Kube
 from testbed.local.diagnosis import explain
 from testbed.local.stack import Stack
 

@@ -4,7 +4,7 @@ audit log.
 The test bed's audit policy records everything the product's ServiceAccounts do
 (``testbed/controlplane/startup.py``). ``unused_rules`` compares that with the rules each
 function's Role and ClusterRole grant, and with the Roles install makes in each Tenant's
-namespace (``shared.access``), each in its scope: a Role's rule counts only for uses in its
+namespace (``shared.steps.access``), each in its scope: a Role's rule counts only for uses in its
 namespace, a ClusterRole that install binds per Tenant namespace (install's own included) only
 for uses in vcluster-* namespaces, any other ClusterRole for uses anywhere. A few rules cannot
 show up in a run, each listed in ``NOT_EXERCISED_HERE`` with its reason; install's ``bind`` is
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from shared import access
-from shared.tenant import Tenant
+from shared.model.tenant import Tenant
+from shared.steps import access
 from testbed.local.stack import TENANT_NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +59,8 @@ NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
             "rbac.authorization.k8s.io",
             {"clusterroles"},
             {"bind"},
-            "authorizes the roleRef of install's RoleBindings to the per-namespace ClusterRoles (shared/access.py), "
+            "authorizes the roleRef of install's RoleBindings to the per-namespace ClusterRoles "
+            "(shared/steps/access.py), "
             "within their create: no request of its own in the audit log; without it the create is refused "
             "(tests/integration/test_namespace_access.py, tests/deploy/test_install_scope_policy.py)",
         ),

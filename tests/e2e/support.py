@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from shared import lifecycle
-from shared.kube import Kube
-from shared.tenant import Tenant
+from shared.adapters.kube import Kube
+from shared.model import lifecycle
+from shared.model.tenant import Tenant
 from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack
 from testbed.processes import run

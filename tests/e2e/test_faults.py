@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 import requests
 
-from shared import events
-from shared.kube import Kube
-from shared.locks import work_lock
-from shared.tenant import Tenant, parse_time
+from shared.adapters.kube import Kube
+from shared.delivery import events
+from shared.model import event_types
+from shared.model.tenant import Tenant, parse_time
+from shared.steps.locks import work_lock
 from testbed.knative.broker_watch import Delivery
 from testbed.local.api_gate import ApiGate
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
@@ -377,7 +378,7 @@ def test_duplicate_concurrent_deliveries_to_two_install_processes(
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-twin", cs(5)))
     obj = json.loads(pipeline.kubectl("get", "kt", "fa-twin", "-n", TENANT_NAMESPACE, "-o", "json"))
     _, second = pipeline.start_replica("tenant-install")
-    headers, body = events.to_binary(events.make(events.INSTALL, "router", Tenant.from_object(obj).ref))
+    headers, body = events.to_binary(events.make(event_types.INSTALL, "router", Tenant.from_object(obj).ref))
     headers |= pipeline.delivery_authorization("tenant-install")  # the replica is told the same senders
     answers: list[int] = []
     barrier = threading.Barrier(2)
@@ -432,12 +433,12 @@ def test_a_deletion_while_install_creates_the_namespace_leaves_nothing_behind(
                 return requests.post(url, headers=headers, data=body, timeout=120)
 
             install = threading.Thread(
-                target=lambda: answers.append(deliver(url, events.INSTALL, "tenant-install").status_code)
+                target=lambda: answers.append(deliver(url, event_types.INSTALL, "tenant-install").status_code)
             )
             install.start()
             assert gate.held.wait(60), f"install never created the namespace: {gate.passed}"
             pipeline.kubectl("delete", "kt", "fa-race", "-n", TENANT_NAMESPACE, "--wait=false")
-            cleanup = deliver(pipeline.function_urls["tenant-cleanup"], events.CLEANUP, "tenant-cleanup")
+            cleanup = deliver(pipeline.function_urls["tenant-cleanup"], event_types.CLEANUP, "tenant-cleanup")
             assert cleanup.status_code == 503 and cleanup.json().get("inHand") is True, cleanup.text
             assert kube.get_tenant(TENANT_NAMESPACE, "fa-race") is not None, "the Tenant waits for its cleanup"
             gate.open()
@@ -501,7 +502,7 @@ def test_a_vcluster_booted_with_the_wrong_service_range_is_never_ready(
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-range", cs(9)))
     obj = json.loads(pipeline.kubectl("get", "kt", "fa-range", "-n", TENANT_NAMESPACE, "-o", "json"))
     _, wrong = pipeline.start_replica("tenant-install", {"SERVICE_CIDR": "10.96.0.0/12"}, "tenant-install-range")
-    headers, body = events.to_binary(events.make(events.INSTALL, "router", Tenant.from_object(obj).ref))
+    headers, body = events.to_binary(events.make(event_types.INSTALL, "router", Tenant.from_object(obj).ref))
     headers |= pipeline.delivery_authorization("tenant-install")
     answer = requests.post(wrong, headers=headers, data=body, timeout=120)
     assert answer.status_code == 200, answer.text

@@ -27,11 +27,12 @@ import pytest
 import requests
 import yaml
 
-from shared import events
-from shared.kube import Kube
-from shared.locks import LEASE_SECONDS
-from shared.tenant import Tenant
-from shared.vcluster_api import VClusterApi
+from shared.adapters.kube import Kube
+from shared.adapters.vcluster_api import VClusterApi
+from shared.delivery import events
+from shared.model import event_types
+from shared.model.tenant import Tenant
+from shared.steps.locks import LEASE_SECONDS
 from testbed.controlplane import as_syncer
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.project import project_path
@@ -170,7 +171,7 @@ def test_everything_a_tenant_makes_carries_its_identity(pipeline: Stack, bob: Te
         "kubeopera.io/tenant": "bob-dev",
         "kubeopera.io/tenant-id": CS_BOB,
         "kubeopera.io/managed-by": "tenant-controller",
-        # Pod Security (shared.isolation): enforce baseline, report restricted
+        # Pod Security (shared.model.isolation): enforce baseline, report restricted
         "pod-security.kubernetes.io/enforce": "baseline",
         "pod-security.kubernetes.io/warn": "restricted",
         "pod-security.kubernetes.io/audit": "restricted",
@@ -872,7 +873,7 @@ def test_one_helm_operation_at_a_time_while_helm_outlasts_the_lease(pipeline: St
         interval=0.2,
     )
     obj = json.loads(pipeline.kubectl("get", "kt", name, "-n", TENANT_NAMESPACE, "-o", "json"))
-    headers, body = events.to_binary(events.make(events.INSTALL, "router", Tenant.from_object(obj).ref))
+    headers, body = events.to_binary(events.make(event_types.INSTALL, "router", Tenant.from_object(obj).ref))
     headers |= pipeline.delivery_authorization("tenant-install")
     process, second = pipeline.start_replica("tenant-install", name="tenant-install-slow")
     try:

@@ -57,7 +57,7 @@ from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from shared.kube import Kube
+from shared.adapters.kube import Kube
 from testbed.local import runner
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.standins.service_proxy import ServiceProxy

@@ -17,7 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.monitoring import monitored_metric_names  # tests/deploy/monitoring.py
-from shared.kube import Kube
+from shared.adapters.kube import Kube
 from testbed.local.stack import Stack, StackOptions, start_stack
 
 from .support import phase_of, tenant_yaml, wait_for

@@ -21,11 +21,11 @@ import pytest
 import requests
 import yaml
 
+from shared.adapters.kube import Kube
+from shared.adapters.vcluster_api import VClusterApi
 from shared.cli import main as cli_main
-from shared.kube import Kube
-from shared.tenant import Tenant, parse_time
-from shared.values import vcluster_values
-from shared.vcluster_api import VClusterApi
+from shared.model.tenant import Tenant, parse_time
+from shared.model.values import vcluster_values
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.knative import oidc
 from testbed.local.manifests import declared_functions
@@ -327,7 +327,7 @@ def test_each_function_runs_as_its_own_service_account(pipeline: Stack) -> None:
     assert can("tenant-check-ready", "patch", "tenants", "--subresource=status", "-n", TENANT_NAMESPACE)
     assert not can("tenant-install", "delete", "namespaces")
     assert can("tenant-cleanup", "delete", "namespaces")
-    # Secrets only where install granted them, in alice's namespace (shared.access); none cluster-wide
+    # Secrets only where install granted them, in alice's namespace (shared.steps.access); none cluster-wide
     tenant_ns = "vcluster-alice-default"
     assert can("tenant-check-ready", "get", "secrets", "-n", tenant_ns)
     assert can("tenant-check-ready", "list", "secrets", "-n", tenant_ns)

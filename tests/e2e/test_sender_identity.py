@@ -2,7 +2,7 @@
 
 The stack runs with sender identity on (its default): the real broker filter attaches each
 Trigger's token, and each function checks it with a TokenReview against the real API server
-(shared/senders.py). Here a Tenant is provisioned to Ready through that, and then forged events
+(shared/delivery/senders.py). Here a Tenant is provisioned to Ready through that, and then forged events
 are posted straight to each function (the way any pod in the cluster could reach a cluster-local
 Service) and to the Broker's ingress, with no token and with real tokens of the wrong identity or
 audience. Each is refused, and nothing changes: the Tenant keeps its resourceVersion, no Event is
@@ -18,9 +18,10 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from shared import events
-from shared.kube import Kube
-from shared.tenant import Tenant
+from shared.adapters.kube import Kube
+from shared.delivery import events
+from shared.model import event_types
+from shared.model.tenant import Tenant
 from testbed import controlplane as cp_mod
 from testbed.knative import oidc
 from testbed.local.stack import Stack, StackOptions, start_stack
@@ -44,14 +45,14 @@ FUNCTIONS = (
 )
 # A forged event for each function, of a type it takes: the most harmful one each could do.
 FORGED_TYPE = {
-    "tenant-router": events.APISERVER_UPDATE,  # refused before it is read, as every forgery here
-    "tenant-install": events.INSTALL,
-    "tenant-check-ready": events.PROVISIONING,
-    "tenant-store-kubeconfig": events.READY,
-    "tenant-notify-api": events.KUBECONFIG_STORED,
-    "tenant-dead-letter": events.PROVISIONING,  # dead-letter would mark the Tenant Failed
-    "tenant-cleanup": events.CLEANUP,
-    "tenant-resync": events.PING,
+    "tenant-router": event_types.APISERVER_UPDATE,  # refused before it is read, as every forgery here
+    "tenant-install": event_types.INSTALL,
+    "tenant-check-ready": event_types.PROVISIONING,
+    "tenant-store-kubeconfig": event_types.READY,
+    "tenant-notify-api": event_types.KUBECONFIG_STORED,
+    "tenant-dead-letter": event_types.PROVISIONING,  # dead-letter would mark the Tenant Failed
+    "tenant-cleanup": event_types.CLEANUP,
+    "tenant-resync": event_types.PING,
 }
 
 
@@ -155,7 +156,7 @@ def test_the_broker_refuses_forged_events(pipeline: Stack, kube: Kube, vera: Ten
     before = kube.get_tenant(NAMESPACE, "vera")
     assert before is not None
     event_id = f"forged-{uuid.uuid4()}"
-    event = events.make(events.INSTALL, "forger", before.ref)
+    event = events.make(event_types.INSTALL, "forger", before.ref)
     headers, body = events.to_binary(event)
     headers["ce-id"] = event_id
     session = requests.Session()

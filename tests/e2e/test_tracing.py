@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared import events
-from shared.kube import Kube
+from shared.adapters.kube import Kube
+from shared.model import event_types
 from testbed.jaeger import Jaeger, TraceSpan, start_jaeger
 from testbed.local.stack import Stack, StackOptions, start_stack
 
@@ -106,8 +106,8 @@ def test_each_delivery_is_the_child_of_the_one_before(pia_trace: list[TraceSpan]
 
     # The chain starts at the ApiServerSource's event, which the router sent on to install: no
     # resync tick ran while pia was Pending.
-    assert router.attributes["cloudevents.event_type"] == events.APISERVER_ADD
-    assert install.attributes["cloudevents.event_type"] == events.INSTALL
+    assert router.attributes["cloudevents.event_type"] == event_types.APISERVER_ADD
+    assert install.attributes["cloudevents.event_type"] == event_types.INSTALL
     assert install.parent_id == router.span_id, "install continues the router's reply"
     assert all(c.parent_id == install.span_id for c in checks), "every poll continues install's reply"
     assert store.parent_id == checks[-1].span_id, "store-kubeconfig continues the check that found it ready"
@@ -137,7 +137,7 @@ def test_helm_kubernetes_and_callback_spans_hang_under_their_delivery(pia_trace:
     (callback,) = [s for s in _children(pia_trace, notify) if s.name.startswith("PATCH /api/v1/cloudspaces")]
     assert callback.attributes["kubeopera.callback_delivered"] is True
     for check in _deliveries(pia_trace, "tenant-check-ready"):
-        # helm's release record, read from the API (shared.release): no helm process per poll
+        # helm's release record, read from the API (shared.adapters.release): no helm process per poll
         assert "k8s list secrets" in {s.name for s in _children(pia_trace, check)}
         assert not any(s.name.startswith("helm") for s in _children(pia_trace, check))
 

@@ -17,9 +17,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from shared.helm import Helm
-from shared.kube import Kube
-from shared.release import ReleaseRecords
+from shared.adapters.helm import Helm
+from shared.adapters.kube import Kube
+from shared.adapters.release import ReleaseRecords
 from testbed.controlplane import ControlPlane, kubectl
 from testbed.toolchain import Toolchain
 

@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from shared.tenant import GROUP, PLURAL, VERSION
+from shared.model.tenant import GROUP, PLURAL, VERSION
 
 USER_ID = "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b"
 CLOUD_SPACE_ID = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"

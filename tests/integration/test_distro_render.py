@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.values import vcluster_values
+from shared.model.values import vcluster_values
 from testbed.toolchain import Toolchain
 
 from .test_isolation_render import REFERENCE, alice, render

@@ -1,4 +1,4 @@
-"""shared.helm against the real helm CLI, the real registry and the real API server."""
+"""shared.adapters.helm against the real helm CLI, the real registry and the real API server."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from shared.adapters.helm import Helm
+from shared.adapters.release import ReleaseRecords
 from shared.errors import PermanentError, TemporaryError
-from shared.helm import Helm
-from shared.release import ReleaseRecords
 from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration

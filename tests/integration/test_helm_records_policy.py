@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.release import RECORD_TYPE
+from shared.adapters.release import RECORD_TYPE
 from testbed.controlplane import ControlPlane, as_syncer, create_namespace, delete_namespace, kubectl
 
 from .test_pod_security import grant_syncer

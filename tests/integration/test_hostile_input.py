@@ -2,7 +2,7 @@
 and of the event parser, with the test bed's real kube-apiserver behind the functions.
 
 Each function's app is built from parts (``Runtime(settings=..., kube=..., helm=..., ...)``, as
-``tests/unit/test_create_app.py`` does) around the real ``shared.kube.Kube`` adapter talking to
+``tests/unit/test_create_app.py`` does) around the real ``shared.adapters.kube.Kube`` adapter talking to
 the real API server; only helm, kubeopera-api and resync's broker sink are small recording
 stand-ins (nothing hostile may ever get that far). Requests go through Flask's test client (the
 WSGI app as gunicorn calls it); header values are what a WSGI server hands over: the wire's
@@ -17,7 +17,7 @@ and one being deleted (finalizer, ``deletionTimestamp``); and a decoy Tenant, na
 Ready one, in a second namespace.
 
 **The events** (``cases``) start from a valid event of a type the function takes (our own events
-as ``shared.events.make`` builds them, the ApiServerSource's carrying the whole Tenant object,
+as ``shared.delivery.events.make`` builds them, the ApiServerSource's carrying the whole Tenant object,
 resync's PingSource tick), written in binary mode (``events.to_binary``) or structured mode
 (JSON), and are then mutated:
 
@@ -86,17 +86,18 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, resync, router, store_kubeconfig
-from shared import events, lifecycle
+from shared.adapters.kube import Kube
+from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
+from shared.adapters.release import ReleaseState
+from shared.delivery import events
+from shared.delivery.http import MAX_BODY_BYTES
 from shared.errors import BadEvent
-from shared.http import MAX_BODY_BYTES
-from shared.isolation import policy_objects
-from shared.kube import Kube
-from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY
-from shared.release import ReleaseState
+from shared.model import event_types, lifecycle
+from shared.model.isolation import policy_objects
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY
+from shared.model.tenant import FINALIZER, GROUP, KIND, PLURAL, VERSION, TenantRef
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import FINALIZER, GROUP, KIND, PLURAL, VERSION, TenantRef
 from testbed.controlplane import ControlPlane, create_namespace, delete_namespace, kubeconfig_for_user, kubectl
 
 pytestmark = pytest.mark.integration
@@ -128,32 +129,32 @@ CREATE_APPS: dict[str, Callable[[Runtime], Flask]] = {
 }
 # What each function takes (each module's Step; test_each_function_takes_these_types checks it).
 ACCEPTS: dict[str, tuple[str, ...]] = {
-    "router": (events.APISERVER_ADD, events.APISERVER_UPDATE, events.APISERVER_DELETE),
-    "install": (events.INSTALL,),
-    "check-ready": (events.PROVISIONING,),
-    "store-kubeconfig": (events.READY,),
-    "notify-api": (events.KUBECONFIG_STORED,),
+    "router": (event_types.APISERVER_ADD, event_types.APISERVER_UPDATE, event_types.APISERVER_DELETE),
+    "install": (event_types.INSTALL,),
+    "check-ready": (event_types.PROVISIONING,),
+    "store-kubeconfig": (event_types.READY,),
+    "notify-api": (event_types.KUBECONFIG_STORED,),
     "dead-letter": (  # every type a Trigger with the dead-letter sink delivers, resync's re-drives too
-        events.APISERVER_ADD,
-        events.APISERVER_UPDATE,
-        events.APISERVER_DELETE,
-        events.INSTALL,
-        events.PROVISIONING,
-        events.READY,
-        events.KUBECONFIG_STORED,
-        events.CLEANUP,
+        event_types.APISERVER_ADD,
+        event_types.APISERVER_UPDATE,
+        event_types.APISERVER_DELETE,
+        event_types.INSTALL,
+        event_types.PROVISIONING,
+        event_types.READY,
+        event_types.KUBECONFIG_STORED,
+        event_types.CLEANUP,
     ),
-    "cleanup": (events.CLEANUP,),
-    "resync": (events.PING,),
+    "cleanup": (event_types.CLEANUP,),
+    "resync": (event_types.PING,),
 }
 ALL_TYPES = (
-    *sorted(events.APISERVER_TYPES),
-    events.PROVISIONING,
-    events.READY,
-    events.KUBECONFIG_STORED,
-    events.INSTALL,
-    events.CLEANUP,
-    events.PING,
+    *sorted(event_types.APISERVER_TYPES),
+    event_types.PROVISIONING,
+    event_types.READY,
+    event_types.KUBECONFIG_STORED,
+    event_types.INSTALL,
+    event_types.CLEANUP,
+    event_types.PING,
 )
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 AUDIT_GROUP = f"system:serviceaccounts:{DEFAULT_TENANT_NAMESPACE}"  # what the test bed's policy audits in full
@@ -342,7 +343,7 @@ def render(world: World, case: Case) -> tuple[Wire, bool]:
     # A valid event of the type, as our own code writes one (events.make), carrying this data.
     made = events.make(case.event_type, "fuzz", TenantRef(world.tenant_namespace, "x", "x", 1))
     attributes = dict(made.get_attributes()) | dict(case.extensions)
-    if case.event_type in events.APISERVER_TYPES:
+    if case.event_type in event_types.APISERVER_TYPES:
         attributes["source"] = "https://127.0.0.1:6443"
     event = CloudEvent(attributes=attributes, data=None)
     if case.mode == "binary":
@@ -598,7 +599,7 @@ def cases(draw: st.DrawFn, function: str) -> Case:
     accepted = ACCEPTS[function]
     # Weights as a drawn integer: one_of and sampled_from are not uniform enough to weigh by repeating.
     event_type = draw(st.sampled_from(accepted if draw(st.integers(0, 3)) else ALL_TYPES))
-    natural = "apiserver" if event_type in events.APISERVER_TYPES else "ours"
+    natural = "apiserver" if event_type in event_types.APISERVER_TYPES else "ours"
     shape = natural if draw(st.integers(0, 4)) else draw(st.sampled_from(("apiserver", "ours", "raw")))
     mutations = () if draw(st.integers(0, 2)) else tuple(draw(st.lists(MUTATION, min_size=1, max_size=3)))
     extensions = draw(_error_extensions()) if function == "dead-letter" else {}
@@ -878,7 +879,7 @@ def _seed(
             },
         },
     )
-    # ... and the chart's namespace policies, which resync looks for (shared.isolation)
+    # ... and the chart's namespace policies, which resync looks for (shared.model.isolation)
     networking: Any = k8s.NetworkingV1Api(admin)
     for made_policy in policy_objects(f"vc-{ready_name}"):
         meta = {"name": made_policy.name, "labels": labels}
@@ -1037,7 +1038,7 @@ def test_each_function_takes_these_types(world: World, functions: dict[str, Func
     for function, fut in functions.items():
         for event_type in ALL_TYPES:
             ref = RefSpec("unknown", "@tenants", "@target", "@target", 1)
-            shape = "apiserver" if event_type in events.APISERVER_TYPES else "ours"
+            shape = "apiserver" if event_type in event_types.APISERVER_TYPES else "ours"
             wire, exact = render(world, Case(event_type, shape, ref, "binary", deleting=True))
             assert not exact
             status, _, body = deliver(fut, wire)
@@ -1050,7 +1051,8 @@ def test_resync_writes_nothing_on_a_tick_over_this_world(world: World, functions
     """The fuzz's premise for resync: an honest tick over the seeded world is a pass that writes
     nothing (so any write seen in its fuzz run comes from what the tick carried)."""
     fut = functions["resync"]
-    wire, _ = render(world, Case(events.PING, "raw", RefSpec("unknown", "@tenants", "@target", "@target", 1), "binary"))
+    case = Case(event_types.PING, "raw", RefSpec("unknown", "@tenants", "@target", "@target", 1), "binary")
+    wire, _ = render(world, case)
     status, _, body = deliver(fut, wire)
     assert status == 204, body
     assert [m for m, _ in fut.recorder.requests if m != "GET"] == []
@@ -1067,7 +1069,7 @@ def test_an_exact_reference_to_a_tenant_outside_the_functions_namespace_changes_
     """The one reference the fuzz leaves out, asked directly: a Tenant that exists, at its uid and
     generation, but outside the functions' namespace (``Settings.tenant_namespace``). The
     ApiServerSource watches only that namespace, so such an event is forged, and every function
-    ignores it (204) before it reads anything (``shared.http.Step.namespace``). The functions'
+    ignores it (204) before it reads anything (``shared.delivery.http.Step.namespace``). The functions'
     identity here may do anything, so whatever a function did with it would be seen."""
     custom: Any = k8s.CustomObjectsApi(admin)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -1088,7 +1090,7 @@ def test_an_exact_reference_to_a_tenant_outside_the_functions_namespace_changes_
                 )
                 obj = custom.get_namespaced_custom_object(GROUP, VERSION, test_namespace, PLURAL, name)
                 elsewhere = World(world.tenant_namespace, test_namespace, {"elsewhere": _seeded(obj)}, "")
-                shape = "apiserver" if event_type in events.APISERVER_TYPES else "ours"
+                shape = "apiserver" if event_type in event_types.APISERVER_TYPES else "ours"
                 ref = RefSpec("elsewhere", "@target", "@target", "@target", "@current")
                 wire, exact = render(elsewhere, Case(event_type, shape, ref, "binary"))
                 assert exact

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.isolation import Isolation
-from shared.tenant import Tenant
-from shared.values import vcluster_values
+from shared.model.isolation import Isolation
+from shared.model.tenant import Tenant
+from shared.model.values import vcluster_values
 from testbed.project import CHART_DIR
 from testbed.toolchain import Toolchain
 
@@ -64,7 +64,7 @@ def test_the_stand_in_renders_the_real_charts_isolation_objects(
     toolchain: Toolchain, helm_env: dict[str, str], tmp_path: Path
 ) -> None:
     # The real render's values: the chart's own numbers, without the control plane's share that
-    # install adds to the quota (shared.isolation.quota_with): the stand-in is compared, not them.
+    # install adds to the quota (shared.model.isolation.quota_with): the stand-in is compared, not them.
     values = vcluster_values(alice(), "development") | {"policies": Isolation().helm_policies()}
     assert alice().spec.names.release == RELEASE and alice().spec.names.namespace == NAMESPACE
 

@@ -4,7 +4,7 @@
 shipped, with the Tenant CRD. The real ``install`` step runs as
 ``system:serviceaccount:kubeopera-system:tenant-install`` (a token from the TokenRequest API)
 with the real helm CLI and the test bed's chart: it makes the Tenant's namespace, binds its own
-rights there and grants the other functions theirs (``shared.access``; `bind`, RBAC's escalation
+rights there and grants the other functions theirs (``shared.steps.access``; `bind`, RBAC's escalation
 check and the install-scope policy all let it) and installs the release. Then, each with a token
 of its own ServiceAccount:
 
@@ -40,15 +40,15 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from functions import install, resync, store_kubeconfig
-from shared import access
+from shared.adapters.helm import Helm
+from shared.adapters.kube import Kube
+from shared.adapters.release import ReleaseRecords
 from shared.errors import Forbidden, TemporaryError
-from shared.helm import Helm
-from shared.kube import Kube
-from shared.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
-from shared.rbac import has_labels
-from shared.release import ReleaseRecords
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.model.rbac import has_labels
+from shared.model.tenant import Tenant, TenantRef
 from shared.settings import Settings
-from shared.tenant import Tenant, TenantRef
+from shared.steps import access
 from testbed.controlplane import ControlPlane, kubeconfig_for_token, kubectl, request_token
 from testbed.registry import CHART_VERSION
 from testbed.toolchain import Toolchain

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.kube import Kube
-from shared.ownership import namespace_labels
+from shared.adapters.kube import Kube
+from shared.model.ownership import namespace_labels
+from shared.model.tenant import Tenant
 from shared.settings import Settings
-from shared.tenant import Tenant
 from testbed.controlplane import ControlPlane, as_syncer, delete_namespace, kubectl
 
 from .tenant_objects import tenant_body

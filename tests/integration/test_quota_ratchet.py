@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from shared.tenant import FINALIZER, PLURAL, VERSION
+from shared.model.tenant import FINALIZER, PLURAL, VERSION
 from testbed.controlplane import ControlPlane, kubectl
 
 from .conftest import TENANT_CRD

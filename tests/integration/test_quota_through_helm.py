@@ -1,5 +1,5 @@
 """Every quota form the CRD admits goes through the product the way install takes it: the Tenant
-as the real API server stored it, ``Tenant.from_object``, ``vcluster_values``, then ``shared.helm``
+as the real API server stored it, ``Tenant.from_object``, ``vcluster_values``, then ``shared.adapters.helm``
 on the real helm CLI with the chart from the test bed's registry. The vCluster's StatefulSet that
 lands on the API server asks for exactly that quota (in the canonical form Kubernetes gives a
 quantity: "1.5" is 1500m, "1.5Gi" 1536Mi), and the same Tenant installed again makes no new
@@ -15,9 +15,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from shared.helm import Helm
-from shared.tenant import Tenant
-from shared.values import vcluster_values
+from shared.adapters.helm import Helm
+from shared.model.tenant import Tenant
+from shared.model.values import vcluster_values
 from testbed.toolchain import Toolchain
 
 from .tenant_objects import admitted, create, tenant_body

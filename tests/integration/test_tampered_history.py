@@ -1,5 +1,5 @@
 """A tampered helm history on the real API server, with releases the real helm CLI installed
-(through ``shared.helm``), and no admission policy in the way (the test's namespace is not
+(through ``shared.adapters.helm``), and no admission policy in the way (the test's namespace is not
 vcluster-*; the check must hold without tenant-helm-records.yaml).
 
 The forgery of issue 23: a copy of a release's record, made as admin, labelled owner=helm,
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from shared.adapters.helm import Helm
+from shared.adapters.release import RECORD_TYPE, ReleaseRecords
 from shared.errors import ReleaseTampered
-from shared.helm import Helm
-from shared.release import RECORD_TYPE, ReleaseRecords
 from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from shared.tenant import Tenant
-from shared.values import vcluster_values
+from shared.model.tenant import Tenant
+from shared.model.values import vcluster_values
 
 from .tenant_objects import admitted, create, refused, tenant_body
 

@@ -4,7 +4,7 @@ ready (as the StatefulSet controller and kubelet would), and writes ``vc-<releas
 record). An upgrade that changes the pod template boots again. Like the real vcluster 0.21.2 on a
 v1.34 host, it never boots without the host's Service range in ``serviceCIDR``, nor with a range
 that does not hold the cluster IP the host gave its Service. Its API answers check-ready's probe
-(shared.vcluster_api) through the exported kubeconfig over TLS, and fails it where the real one
+(shared.adapters.vcluster_api) through the exported kubeconfig over TLS, and fails it where the real one
 would: down, a certificate without the asked name, another vCluster's credentials, and a range kept
 from a first boot that crashed. Its certificates live in Secret ``<release>-certs``, as the real
 one's do: a restart without that Secret issues new ones."""
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.helm import Helm
-from shared.kube import Kube
-from shared.vcluster_api import VClusterApi
+from shared.adapters.helm import Helm
+from shared.adapters.kube import Kube
+from shared.adapters.vcluster_api import VClusterApi
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.standins.service_proxy import ServiceProxy
 from testbed.standins.vcluster import DEFAULT_SERVER, Faults, VClusterStandIn

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import access
+from shared.steps import access
 
 from .fakes import FakeHelm, FakeKube, FakeKubeoperaApi
 
@@ -27,5 +27,5 @@ def api() -> FakeKubeoperaApi:
 
 @pytest.fixture(autouse=True)
 def _no_remembered_grants() -> None:
-    """shared.access remembers per process which grants it ensured; each test starts from none."""
+    """shared.steps.access remembers per process which grants it ensured; each test starts from none."""
     access.forget_ensured()

@@ -1,4 +1,4 @@
-"""Small in-memory stand-ins for the two adapters (``shared.kube.Kube``, ``shared.helm.Helm``) and
+"""Small in-memory stand-ins for the two adapters (``shared.adapters.kube.Kube``, ``shared.adapters.helm.Helm``) and
 for kubeopera-api and the broker (resync's ``Sink``), so the functions' decisions run as they are, in
 milliseconds. A ``shared.runtime.Runtime`` made of them is what a test gives a function's
 ``create_app``; ``apiserver_event``, ``step_event`` and ``deliver`` stand for the ApiServerSource,
@@ -27,18 +27,20 @@ from cloudevents.core.v1.event import CloudEvent
 from flask import Flask
 from werkzeug.test import TestResponse
 
-from shared import events, tracing
+from shared.adapters.helm import Guard, Keep
+from shared.adapters.kube import Marker, NamespaceInfo, OwnedNamespace, Rollout, StoredSecret, Volume
+from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
+from shared.adapters.release import DEPLOYED, PENDING_STATES, RECORD_TYPE, ReleaseState, SecretMeta, record_name
+from shared.delivery import events
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
-from shared.helm import Guard, Keep
-from shared.isolation import PolicyObject, policy_objects
-from shared.kube import Marker, NamespaceInfo, OwnedNamespace, Rollout, StoredSecret, Volume
-from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.naming import DEFAULT_TENANT_NAMESPACE, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
-from shared.rbac import Role, RoleBinding
-from shared.release import DEPLOYED, PENDING_STATES, RECORD_TYPE, ReleaseState, SecretMeta, record_name
+from shared.model import event_types
+from shared.model.isolation import PolicyObject, policy_objects
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
+from shared.model.rbac import Role, RoleBinding
+from shared.model.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
+from shared.observability import tracing
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 
 TENANT_NAMESPACE = DEFAULT_TENANT_NAMESPACE
 USER_ID = "3f1a2b4c-5d6e-4f70-8a9b-0c1d2e3f4a5b"
@@ -91,7 +93,7 @@ def ref_of(obj: Mapping[str, Any]) -> TenantRef:
     return TenantRef(meta["namespace"], meta["name"], meta["uid"], meta.get("generation", 0))
 
 
-def apiserver_event(obj: dict[str, Any], type_: str = events.APISERVER_UPDATE) -> CloudEvent:
+def apiserver_event(obj: dict[str, Any], type_: str = event_types.APISERVER_UPDATE) -> CloudEvent:
     """What the ApiServerSource sends for a Tenant: the whole object as data."""
     meta = obj["metadata"]
     return CloudEvent(
@@ -151,7 +153,7 @@ class FakeKube:
         self.writes: Counter[str] = Counter()  # the write methods called
         self.journal: list[tuple[str, str]] = []  # writes in order (FakeHelm adds its own): (what, on what)
         self.leases: dict[tuple[str, str], str] = {}  # (namespace, name) -> holder; a lock, not in the journal
-        self.claims: dict[tuple[str, str], Marker] = {}  # Leases cloudspace-<id> (shared.claims)
+        self.claims: dict[tuple[str, str], Marker] = {}  # Leases cloudspace-<id> (shared.steps.claims)
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
         self.service_ranges: list[tuple[str, list[str]]] | None = [("kubernetes", ["10.0.0.0/24"])]
         self.policies: set[tuple[str, PolicyObject]] = set()
@@ -401,7 +403,7 @@ class FakeKube:
             del self.volumes[name]
 
     def service_cidrs(self) -> list[tuple[str, list[str]]] | None:
-        """The host's ServiceCIDRs (shared.service_range): the test bed's range, as its API server has it."""
+        """The host's ServiceCIDRs (shared.model.service_range): the test bed's range, as its API server has it."""
         _tally(self.calls, "service_cidrs")
         return self.service_ranges
 
@@ -409,7 +411,7 @@ class FakeKube:
         _tally(self.calls, "list_policy_objects")
         return {(ns, o) for ns, o in self.policies if namespace is None or ns == namespace}
 
-    # Roles and RoleBindings (shared.access) -----------------------------------------------------
+    # Roles and RoleBindings (shared.steps.access) -----------------------------------------------------
 
     def _into_namespace(self, what: str, namespace: str) -> None:
         """The API server's answer to a create in a namespace that is gone or being deleted."""
@@ -527,7 +529,7 @@ class FakeKube:
         return (found["data"].get(key) or None) if found is not None else None
 
     def list_secret_records(self, namespace: str, label_selector: str) -> list[SecretMeta]:
-        """helm's release record (shared.release) of the FakeHelm on this FakeKube, one record per
+        """helm's release record (shared.adapters.release) of the FakeHelm on this FakeKube, one record per
         release, its current revision, named, typed and labelled as helm's Secret driver does;
         and every Secret added in ``namespace`` whose labels match (a forged record, say)."""
         _tally(self.calls, "list_secret_records")
@@ -623,7 +625,7 @@ class FakeHelm:
         if self.kube is not None:
             self.kube.journal.append((f"helm {op}", f"{namespace}/{name}"))
             # helm makes (or removes) the chart's StatefulSet; nothing has rolled it out yet.
-            # So are its namespace policies (shared.isolation), and an upgrade makes any that is gone.
+            # So are its namespace policies (shared.model.isolation), and an upgrade makes any that is gone.
             made = {(namespace, o) for o in policy_objects(name)}
             if op == "uninstall":
                 self.kube.rollouts.pop((namespace, name), None)

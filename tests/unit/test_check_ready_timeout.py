@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 
 from functions.check_ready import Poll, poll_verdict
+from shared.delivery.events import RENEW_AFTER_POLLS
 from shared.errors import ProvisionTimeout
-from shared.events import RENEW_AFTER_POLLS
+from shared.model.tenant import Tenant
 from shared.settings import Settings
-from shared.tenant import Tenant
 
 from .fakes import TENANT_NAMESPACE
 

@@ -20,13 +20,14 @@ from flask import Flask
 from werkzeug.test import TestResponse
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, resync, router, store_kubeconfig
-from shared import events
+from shared.adapters.kubeopera_api import CloudSpaceUpdate
+from shared.delivery import events
 from shared.errors import ConfigError
-from shared.kubeopera_api import CloudSpaceUpdate
-from shared.naming import KUBECONFIG_KEY
+from shared.model import event_types
+from shared.model.naming import KUBECONFIG_KEY
+from shared.model.tenant import FINALIZER
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import FINALIZER
 from testbed.local.ticker import ping_event
 
 from .fakes import (
@@ -97,7 +98,7 @@ def test_install_sends_the_hosts_service_range_in_every_release(
     kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
-    deliver(install.create_app(stand_ins(kube, helm, api)), step_event(obj, events.INSTALL))
+    deliver(install.create_app(stand_ins(kube, helm, api)), step_event(obj, event_types.INSTALL))
     assert helm.values_of("vc-bob-dev", "vcluster-bob-dev")["serviceCIDR"] == "10.0.0.0/24"
 
 
@@ -116,7 +117,7 @@ def test_with_a_runtime_every_app_builds_and_is_ready(
     client = CREATE_APPS[name](stand_ins(kube, helm, api)).test_client()
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    # install reads the host's Service range once, as it starts (shared.service_range); no other reads
+    # install reads the host's Service range once, as it starts (shared.model.service_range); no other reads
     assert kube.calls == ({"service_cidrs": 1} if name == "install" else {}), "building an app touches nothing"
     assert kube.journal == []
 
@@ -125,20 +126,20 @@ def test_the_chain_from_the_router_to_notify_api(kube: FakeKube, helm: FakeHelm,
     runtime = stand_ins(kube, helm, api)
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
 
-    routed = reply(deliver(router.create_app(runtime), apiserver_event(obj, events.APISERVER_ADD)))
-    assert routed.get_type() == events.INSTALL
+    routed = reply(deliver(router.create_app(runtime), apiserver_event(obj, event_types.APISERVER_ADD)))
+    assert routed.get_type() == event_types.INSTALL
     assert kube.calls == {}, "the router decides from the event alone"
     provisioning = reply(deliver(install.create_app(runtime), routed))
-    assert provisioning.get_type() == events.PROVISIONING
+    assert provisioning.get_type() == event_types.PROVISIONING
     assert phase(kube) == "Provisioning"
     assert helm.operations == [("install", f"{BOB_NS}/{BOB_RELEASE}")]
 
     kube.boot_vcluster("bob-dev", CONFIG)
     ready = reply(deliver(check_ready.create_app(runtime), provisioning))
-    assert ready.get_type() == events.READY
+    assert ready.get_type() == event_types.READY
 
     stored = reply(deliver(store_kubeconfig.create_app(runtime), ready))
-    assert stored.get_type() == events.KUBECONFIG_STORED
+    assert stored.get_type() == event_types.KUBECONFIG_STORED
     assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"] == {KUBECONFIG_KEY: CONFIG}
 
     response = deliver(notify_api.create_app(runtime), stored)
@@ -149,13 +150,13 @@ def test_the_chain_from_the_router_to_notify_api(kube: FakeKube, helm: FakeHelm,
 
 # Each function that acts on one Tenant, and an event it takes.
 TENANT_EVENTS = {
-    "router": events.APISERVER_ADD,
-    "install": events.INSTALL,
-    "check_ready": events.PROVISIONING,
-    "store_kubeconfig": events.READY,
-    "notify_api": events.KUBECONFIG_STORED,
-    "dead_letter": events.PROVISIONING,
-    "cleanup": events.CLEANUP,
+    "router": event_types.APISERVER_ADD,
+    "install": event_types.INSTALL,
+    "check_ready": event_types.PROVISIONING,
+    "store_kubeconfig": event_types.READY,
+    "notify_api": event_types.KUBECONFIG_STORED,
+    "dead_letter": event_types.PROVISIONING,
+    "cleanup": event_types.CLEANUP,
 }
 
 
@@ -170,7 +171,7 @@ def test_an_event_about_a_tenant_outside_the_served_namespace_is_ignored(
     event_type = TENANT_EVENTS[name]
     event = (
         apiserver_event(obj, event_type)
-        if event_type in events.APISERVER_TYPES
+        if event_type in event_types.APISERVER_TYPES
         else events.make(event_type, "forger", ref_of(obj))
     )
     app = CREATE_APPS[name](stand_ins(kube, helm, api))
@@ -182,7 +183,7 @@ def test_an_event_about_a_tenant_outside_the_served_namespace_is_ignored(
 
 def test_dead_letter_marks_the_tenant_failed(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
-    sent = events.make(events.PROVISIONING, "check-ready", ref_of(obj))
+    sent = events.make(event_types.PROVISIONING, "check-ready", ref_of(obj))
     errors = {"knativeerrorcode": "503", "knativeerrordata": base64.b64encode(b'{"error": "boom"}').decode()}
     gave_up = CloudEvent(attributes=sent.get_attributes() | errors, data=sent.get_data())
 
@@ -191,7 +192,7 @@ def test_dead_letter_marks_the_tenant_failed(kube: FakeKube, helm: FakeHelm, api
     assert response.status_code == 204
     assert phase(kube) == "Failed"
     assert kube.event("DeliveryFailed")["message"] == (
-        f"{events.PROVISIONING} could not be delivered to tenant-check-ready: last answer 503: boom"
+        f"{event_types.PROVISIONING} could not be delivered to tenant-check-ready: last answer 503: boom"
     )
 
 
@@ -202,7 +203,7 @@ def test_a_dead_letter_of_work_another_process_had_in_hand_fails_nothing(
     work is in hand; should the broker give up on it, dead-letter leaves the Tenant as it is."""
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending"}))
     kube.leases[("kubeopera-system", "lock-vcluster-bob-dev")] = "another-pod/1/1"
-    sent = step_event(obj, events.INSTALL)
+    sent = step_event(obj, event_types.INSTALL)
     answer = deliver(install.create_app(stand_ins(kube, helm, api)), sent)
     assert answer.status_code == 503 and answer.json == {
         "error": "another process is installing or removing vcluster-bob-dev "
@@ -227,7 +228,7 @@ def test_cleanup_lets_a_deleted_tenant_go(kube: FakeKube, helm: FakeHelm, api: F
     deleting = kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
     assert deleting is not None
 
-    response = deliver(cleanup.create_app(stand_ins(kube, helm, api)), step_event(deleting, events.CLEANUP))
+    response = deliver(cleanup.create_app(stand_ins(kube, helm, api)), step_event(deleting, event_types.CLEANUP))
 
     assert response.status_code == 204
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None
@@ -242,7 +243,7 @@ def test_resync_redrives_a_tenant_on_the_tick(kube: FakeKube, helm: FakeHelm, ap
     response = resync.create_app(stand_ins(kube, helm, api, sink)).test_client().post("/", headers=headers, data=body)
 
     assert response.status_code == 204
-    assert [(e.get_type(), events.tenant_ref(e)) for e in sink.sent] == [(events.INSTALL, ref_of(obj))]
+    assert [(e.get_type(), events.tenant_ref(e)) for e in sink.sent] == [(event_types.INSTALL, ref_of(obj))]
 
 
 def test_resync_without_a_sink_serves_and_asks_for_redelivery() -> None:
@@ -253,7 +254,7 @@ def test_resync_without_a_sink_serves_and_asks_for_redelivery() -> None:
     app = resync.create_app(runtime)
     headers = {
         "ce-specversion": "1.0",
-        "ce-type": events.PING,
+        "ce-type": event_types.PING,
         "ce-source": "/apis/v1/namespaces/kubeopera-system/pingsources/tenant-resync",
         "ce-id": "tick-1",
         "content-type": "application/json",

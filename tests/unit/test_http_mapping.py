@@ -17,10 +17,12 @@ import pytest
 from cloudevents.core.base import BaseCloudEvent
 
 from functions.dead_letter import failed_step, failure_reason
-from shared import events, timing
+from shared.delivery import events
+from shared.delivery.http import MAX_BODY_BYTES, Step, function_app
 from shared.errors import Conflict, NotReadyYet, PermanentError, TemporaryError
-from shared.http import MAX_BODY_BYTES, Step, function_app
-from shared.tenant import TenantRef
+from shared.model import event_types
+from shared.model.tenant import TenantRef
+from shared.observability import timing
 
 from .fakes import TENANT_NAMESPACE
 
@@ -32,7 +34,7 @@ def post(handle: Callable[[BaseCloudEvent, TenantRef], BaseCloudEvent | None], *
     app = function_app(
         Step(
             name="t",
-            accepts=frozenset({events.PROVISIONING}),
+            accepts=frozenset({event_types.PROVISIONING}),
             handle=handle,
             on_permanent=lambda ref, err: failed.append(f"{ref.key}: {err}"),
         )
@@ -42,7 +44,7 @@ def post(handle: Callable[[BaseCloudEvent, TenantRef], BaseCloudEvent | None], *
         "ce-specversion": "1.0",
         "ce-id": "1",
         "ce-source": "/test",
-        "ce-type": events.PROVISIONING,
+        "ce-type": event_types.PROVISIONING,
         "Content-Type": "application/json",
         "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
     }
@@ -53,11 +55,11 @@ def post(handle: Callable[[BaseCloudEvent, TenantRef], BaseCloudEvent | None], *
 
 def test_reply_is_a_binary_cloudevent() -> None:
     def handle(event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent:
-        return events.make(events.READY, "t", ref)
+        return events.make(event_types.READY, "t", ref)
 
     r = post(handle)
     assert r.status_code == 200
-    assert r.headers["ce-type"] == events.READY
+    assert r.headers["ce-type"] == event_types.READY
     assert json.loads(r.data) == REF
 
 
@@ -159,7 +161,7 @@ def test_probes_and_metrics() -> None:
 
 
 def test_dead_letter_reason_decodes_the_function_answer() -> None:
-    event = events.make(events.PROVISIONING, "install", TenantRef("ns", "n", "u", 1))
+    event = events.make(event_types.PROVISIONING, "install", TenantRef("ns", "n", "u", 1))
     attrs = event.get_attributes() | {
         "knativeerrordest": f"http://tenant-check-ready.{TENANT_NAMESPACE}.svc.cluster.local",
         "knativeerrorcode": "503",
@@ -185,14 +187,14 @@ def test_every_delivery_ends_with_one_answered_line_that_says_how_long_helm_took
             pass
         raise NotReadyYet("booting")
 
-    caplog.set_level(logging.INFO, logger="shared.http")
+    caplog.set_level(logging.INFO, logger="shared.delivery.http")
     assert post(handle).status_code == 503
     (line,) = [r for r in caplog.records if r.getMessage() == "answered"]
     fields = line.__dict__
     assert (fields["status"], fields["result"], fields["type"], fields["id"]) == (
         503,
         "requeue",
-        events.PROVISIONING,
+        event_types.PROVISIONING,
         "1",
     )
     assert fields["helm_operations"] == 2
@@ -200,7 +202,7 @@ def test_every_delivery_ends_with_one_answered_line_that_says_how_long_helm_took
 
 
 def test_a_refused_body_is_answered_too(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="shared.http")
+    caplog.set_level(logging.INFO, logger="shared.delivery.http")
     assert post(lambda e, r: None, data=b"{not json").status_code == 400
     (line,) = [r for r in caplog.records if r.getMessage() == "answered"]
     assert (line.__dict__["status"], line.__dict__["helm_operations"], line.__dict__["helm_seconds"]) == (400, 0, 0.0)

@@ -25,7 +25,8 @@ def loaded(statement: str, *modules: str) -> dict[str, bool]:
 
 @pytest.mark.parametrize("module", HELM_FREE)
 def test_a_function_that_runs_no_helm_does_not_load_its_client(module: str) -> None:
-    assert loaded(f"import {module}", "pyhelm3", "shared.helm") == {"pyhelm3": False, "shared.helm": False}
+    helm = "shared.adapters.helm"
+    assert loaded(f"import {module}", "pyhelm3", helm) == {"pyhelm3": False, helm: False}
 
 
 def test_a_function_that_runs_helm_loads_it() -> None:
@@ -33,7 +34,7 @@ def test_a_function_that_runs_helm_loads_it() -> None:
 
 
 def test_the_tracing_sdk_is_loaded_only_when_tracing_is_on() -> None:
-    off = "import shared.tracing\nassert not shared.tracing.configure('t', {})"
-    on = "import shared.tracing\nassert shared.tracing.configure('t', {'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:9'})"
+    off = "from shared.observability import tracing\nassert not tracing.configure('t', {})"
+    on = "from shared.observability import tracing\nassert tracing.configure('t', {'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:9'})"
     assert loaded(off, "opentelemetry.sdk.trace")["opentelemetry.sdk.trace"] is False
     assert loaded(on, "opentelemetry.sdk.trace")["opentelemetry.sdk.trace"] is True

@@ -22,7 +22,11 @@ from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, store_kubeconfig
-from shared import cli, events, lifecycle, locks
+from shared import cli
+from shared.adapters.kube import Marker, Rollout, Volume
+from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import (
     CleanupStalled,
     NotReadyYet,
@@ -32,11 +36,9 @@ from shared.errors import (
     TemporaryError,
     WorkInHand,
 )
-from shared.http import Step, function_app
-from shared.kube import Marker, Rollout, Volume
-from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.naming import KUBECONFIG_KEY, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
-from shared.ownership import (
+from shared.model import event_types, lifecycle
+from shared.model.naming import KUBECONFIG_KEY, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
+from shared.model.ownership import (
     legacy_namespace_labels,
     legacy_secret_labels,
     namespace_labels,
@@ -44,10 +46,7 @@ from shared.ownership import (
     release_labels,
     secret_labels,
 )
-from shared.reconcile import mark_failed, write_status
-from shared.runtime import Runtime
-from shared.settings import Settings
-from shared.tenant import (
+from shared.model.tenant import (
     COND_RELEASE_INSTALLED,
     FINALIZER,
     Condition,
@@ -57,7 +56,11 @@ from shared.tenant import (
     TenantRef,
     parse_time,
 )
-from shared.values import vcluster_values
+from shared.model.values import vcluster_values
+from shared.runtime import Runtime
+from shared.settings import Settings
+from shared.steps import locks
+from shared.steps.reconcile import mark_failed, write_status
 
 from .fakes import (
     TENANT_NAMESPACE,
@@ -82,7 +85,7 @@ BOB_KEY = f"{TENANT_NAMESPACE}/bob-dev"
 CONFIG = b"apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3cret}}]\n"
 EARLY, LATE = "2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"
 BOB_CLAIM = f"{TENANT_NAMESPACE}/cloudspace-{CS_BOB}"  # the Lease that holds bob-dev's cloudSpaceID
-# What install writes in bob-dev's namespace for itself and the other functions (shared.access), in order.
+# What install writes in bob-dev's namespace for itself and the other functions (shared.steps.access), in order.
 GRANTS = [
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-install"),
     ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
@@ -112,7 +115,7 @@ def run_store(kube: FakeKube, obj: dict[str, Any]) -> BaseCloudEvent | None:
 
 
 def run_cleanup(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi, obj: dict[str, Any]) -> BaseCloudEvent | None:
-    return cleanup.handle(kube, helm, api, SETTINGS, step_event(obj, events.CLEANUP), ref_of(obj))
+    return cleanup.handle(kube, helm, api, SETTINGS, step_event(obj, event_types.CLEANUP), ref_of(obj))
 
 
 def provision(kube: FakeKube, helm: FakeHelm, name: str = "bob-dev", cs: str = CS_BOB, **kw: Any) -> dict[str, Any]:
@@ -238,7 +241,7 @@ def test_install_writes_pending_then_the_finalizer_before_it_makes_anything(kube
     assert status.is_true("ReleaseInstalled", 1)
     ready = status.condition("Ready")
     assert ready is not None and (ready.status, ready.reason) == ("False", "Provisioning")
-    assert reply is not None and reply.get_type() == events.PROVISIONING
+    assert reply is not None and reply.get_type() == event_types.PROVISIONING
     assert reply.get_data() == events.ref_data(ref_of(obj))
 
 
@@ -577,7 +580,7 @@ def test_store_copies_the_kubeconfig_with_owner_labels_and_replies_only_its_name
     stored = kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]
     assert stored["data"] == {KUBECONFIG_KEY: CONFIG}
     assert stored["labels"] == secret_labels(live(kube))
-    assert reply is not None and reply.get_type() == events.KUBECONFIG_STORED
+    assert reply is not None and reply.get_type() == event_types.KUBECONFIG_STORED
     assert reply.get_data() == events.ref_data(ref_of(obj)) | {"kubeconfigSecret": BOB_SECRET}
     assert "s3cret" not in json.dumps(reply.get_data())
 
@@ -796,7 +799,7 @@ def test_cleanup_renews_an_event_polled_long_enough(kube: FakeKube, helm: FakeHe
     with pytest.raises(NotReadyYet):
         run_cleanup(kube, helm, api, obj)
     budget = events.RENEW_AFTER_POLLS * SETTINGS.cleanup_poll_seconds
-    sent = events.make(events.CLEANUP, "resync", ref_of(obj))
+    sent = events.make(event_types.CLEANUP, "resync", ref_of(obj))
     old = CloudEvent(
         attributes=sent.get_attributes() | {"time": datetime.now(UTC) - timedelta(seconds=budget + 1)},
         data=sent.get_data(),
@@ -804,7 +807,7 @@ def test_cleanup_renews_an_event_polled_long_enough(kube: FakeKube, helm: FakeHe
 
     reply = cleanup.handle(kube, helm, api, SETTINGS, old, ref_of(obj))
 
-    assert reply is not None and reply.get_type() == events.CLEANUP and reply.get_id() != old.get_id()
+    assert reply is not None and reply.get_type() == event_types.CLEANUP and reply.get_id() != old.get_id()
     assert reply.get_data() == events.ref_data(ref_of(obj))
 
 
@@ -816,7 +819,7 @@ def test_cleanup_answers_503_with_retry_after_cleanup_poll_seconds(
     app = cleanup.create_app(runtime(kube, helm, api))
     before = reconcile_total(cleanup.NAME, "requeue")
 
-    response = deliver(app, step_event(obj, events.CLEANUP))
+    response = deliver(app, step_event(obj, event_types.CLEANUP))
 
     assert response.status_code == 503
     assert response.headers["Retry-After"] == str(SETTINGS.cleanup_poll_seconds)
@@ -898,7 +901,7 @@ def test_a_volume_retained_after_the_namespace_is_gone_is_reported_or_deleted(
     kube.finish_namespace_deletion(BOB_NS)
     settings = dataclasses.replace(SETTINGS, delete_retained_volumes=delete)
 
-    assert cleanup.handle(kube, helm, api, settings, step_event(obj, events.CLEANUP), ref_of(obj)) is None
+    assert cleanup.handle(kube, helm, api, settings, step_event(obj, event_types.CLEANUP), ref_of(obj)) is None
 
     if delete:
         assert sorted(kube.volumes) == ["pv-other", "pv-scratch"]
@@ -1000,7 +1003,7 @@ def test_a_tenant_whose_cleanup_was_dead_lettered_stays_failed(
 def provisioning_event(obj: dict[str, Any], time: Any) -> CloudEvent:
     return CloudEvent(
         attributes={
-            "type": events.PROVISIONING,
+            "type": event_types.PROVISIONING,
             "source": "/kubeopera/tenants/install",
             "subject": BOB_KEY,
             "time": time,
@@ -1031,7 +1034,7 @@ def test_check_ready_replies_ready_once_deployed_and_the_secret_has_config(kube:
     obj = provision(kube, helm)
     booted(kube)
     reply = run_check(kube, helm, obj)
-    assert reply is not None and reply.get_type() == events.READY
+    assert reply is not None and reply.get_type() == event_types.READY
     assert reply.get_data() == events.ref_data(ref_of(obj))
 
 
@@ -1137,7 +1140,7 @@ def test_check_ready_asks_the_vclusters_api_through_the_kubeconfig_it_will_store
 
     api.missing_now = None
     reply = run_check(kube, helm, obj, after=60, vcluster=api)
-    assert reply is not None and reply.get_type() == events.READY
+    assert reply is not None and reply.get_type() == event_types.READY
 
 
 def test_check_ready_does_not_ask_the_api_before_the_kubeconfig_exists(kube: FakeKube, helm: FakeHelm) -> None:
@@ -1183,7 +1186,7 @@ def test_check_ready_renews_an_event_polled_long_enough(kube: FakeKube, helm: Fa
 
     reply = check_ready.handle(kube, helm, SETTINGS, old, ref_of(obj), now=now, vcluster=FakeVClusterApi())
 
-    assert reply is not None and reply.get_type() == events.PROVISIONING
+    assert reply is not None and reply.get_type() == event_types.PROVISIONING
     assert reply.get_source() == "/kubeopera/tenants/check-ready"
     assert reply.get_data() == events.ref_data(ref_of(obj))
     assert reply.get_id() != old.get_id()
@@ -1245,11 +1248,11 @@ def test_notify_announces_nothing_for_a_tenant_being_deleted(
 
 
 def dead_lettered(
-    obj: dict[str, Any], dest: str, code: str, body: bytes = b"", type_: str = events.INSTALL
+    obj: dict[str, Any], dest: str, code: str, body: bytes = b"", type_: str = event_types.INSTALL
 ) -> CloudEvent:
     """The event the broker gave up on, as it reaches the dead-letter sink: install's (the
     router's, unless ``type_`` says another), with Knative's knativeerror* extensions."""
-    event = apiserver_event(obj, type_) if type_ in events.APISERVER_TYPES else step_event(obj, type_)
+    event = apiserver_event(obj, type_) if type_ in event_types.APISERVER_TYPES else step_event(obj, type_)
     attributes = event.get_attributes() | {"knativeerrordest": dest, "knativeerrorcode": code}
     if body:
         attributes["knativeerrordata"] = base64.b64encode(body).decode()
@@ -1266,7 +1269,7 @@ def test_dead_letter_fails_the_tenant_with_the_last_answer(kube: FakeKube) -> No
     status = live(kube).status
     assert status.phase == "Failed"
     assert status.message == (
-        f"{events.INSTALL} could not be delivered to tenant-install: last answer 503: helm failed: boom"
+        f"{event_types.INSTALL} could not be delivered to tenant-install: last answer 503: helm failed: boom"
     )
     assert kube.event("DeliveryFailed")["type"] == "Warning"
 
@@ -1275,14 +1278,14 @@ def test_dead_letter_names_a_deletion_cleanups_failure(kube: FakeKube) -> None:
     kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Deleting"}, finalizers=[FINALIZER]))
     obj = deleted(kube, "bob-dev")
 
-    dead_letter.handle(kube, dead_lettered(obj, "", "503", type_=events.CLEANUP), ref_of(obj))
+    dead_letter.handle(kube, dead_lettered(obj, "", "503", type_=event_types.CLEANUP), ref_of(obj))
 
     assert "could not be delivered to tenant-cleanup" in live(kube).status.message
     assert kube.event_reasons() == ["CleanupFailed"]
 
 
 @pytest.mark.parametrize("dest", ["", f"http://tenant-router.{TENANT_NAMESPACE}.svc.cluster.local"])
-@pytest.mark.parametrize("type_", [events.APISERVER_ADD, events.APISERVER_UPDATE])
+@pytest.mark.parametrize("type_", [event_types.APISERVER_ADD, event_types.APISERVER_UPDATE])
 def test_dead_letter_of_a_change_the_router_gave_up_on_fails_nothing(kube: FakeKube, dest: str, type_: str) -> None:
     """The router only routes: a Tenant change it could not route is re-driven by resync, so its
     dead letter (lifecycle.DeadLetter.NOTHING) fails no Tenant, Pending or being deleted."""
@@ -1297,8 +1300,8 @@ def test_dead_letter_of_a_change_the_router_gave_up_on_fails_nothing(kube: FakeK
 @pytest.mark.parametrize(
     ("event_type", "status", "step", "reason"),
     [
-        (events.INSTALL, {"phase": "Pending"}, "tenant-install", "DeliveryFailed"),
-        (events.CLEANUP, {"phase": "Deleting"}, "tenant-cleanup", "CleanupFailed"),
+        (event_types.INSTALL, {"phase": "Pending"}, "tenant-install", "DeliveryFailed"),
+        (event_types.CLEANUP, {"phase": "Deleting"}, "tenant-cleanup", "CleanupFailed"),
     ],
     ids=["install", "cleanup"],
 )
@@ -1377,7 +1380,7 @@ def test_a_steps_own_422_dead_lettered_after_a_retry_leaves_the_retried_tenant_a
     stored["lastSyncedAt"] = long_ago
     for condition in stored["conditions"]:
         condition["lastTransitionTime"] = long_ago
-    sent = events.make(events.PROVISIONING, "resync", ref_of(obj))
+    sent = events.make(event_types.PROVISIONING, "resync", ref_of(obj))
     made_before = CloudEvent(
         attributes=sent.get_attributes()
         | {
@@ -1517,7 +1520,7 @@ def test_a_repeated_cleanup_skipped_warning_folds_into_a_count_of_two(
     assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"] == {KUBECONFIG_KEY: b"by hand"}
 
 
-# shared/http.py: nothing escapes the mapping ----------------------------------------------------
+# shared/delivery/http.py: nothing escapes the mapping ----------------------------------------------------
 
 
 REF = {"namespace": TENANT_NAMESPACE, "name": "bob-dev", "uid": "u-1", "generation": 1}
@@ -1527,8 +1530,8 @@ def post_failing_step(name: str, on_permanent: Callable[[TenantRef, PermanentErr
     def handle(event: BaseCloudEvent, ref: TenantRef) -> None:
         raise OwnershipConflict(f'tenantName "bob-dev" is already used by Tenant {TENANT_NAMESPACE}/bob-dev')
 
-    step = Step(name=name, accepts=frozenset({events.PROVISIONING}), handle=handle, on_permanent=on_permanent)
-    event = CloudEvent(attributes={"type": events.PROVISIONING, "source": "/test"}, data=dict(REF))
+    step = Step(name=name, accepts=frozenset({event_types.PROVISIONING}), handle=handle, on_permanent=on_permanent)
+    event = CloudEvent(attributes={"type": event_types.PROVISIONING, "source": "/test"}, data=dict(REF))
     return deliver(function_app(step), event)
 
 
@@ -1585,7 +1588,7 @@ def test_an_install_refusal_over_http_is_422_and_the_tenant_is_failed(kube: Fake
     app = install.create_app(runtime(kube, helm))
     before = reconcile_total(install.NAME, "error")
 
-    response = deliver(app, step_event(intruder, events.INSTALL))
+    response = deliver(app, step_event(intruder, event_types.INSTALL))
 
     message = f'tenantName "bob-dev" is already used by Tenant {BOB_KEY}'
     assert response.status_code == 422

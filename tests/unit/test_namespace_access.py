@@ -1,5 +1,5 @@
 """install grants itself, check-ready, store-kubeconfig, cleanup and resync their access in the
-Tenant's namespace, and only there (``shared.access``): what it makes, its own binding first and
+Tenant's namespace, and only there (``shared.steps.access``): what it makes, its own binding first and
 in force before the Roles, that a second run writes nothing, that a Tenant made before the grants
 gets them on its next delivery, and that a refused read in that namespace is temporary while
 every other refusal stays permanent. In-memory fakes only."""
@@ -13,13 +13,15 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from functions import check_ready, install, store_kubeconfig
-from shared import access, events
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import Conflict, Forbidden, PermanentError, TemporaryError
-from shared.http import Step, function_app
-from shared.ownership import legacy_namespace_labels, namespace_labels
-from shared.rbac import Role, RoleBinding, RoleRef, Rule, Subject
+from shared.model import event_types
+from shared.model.ownership import legacy_namespace_labels, namespace_labels
+from shared.model.rbac import Role, RoleBinding, RoleRef, Rule, Subject
+from shared.model.tenant import FINALIZER, Tenant, parse_time
 from shared.settings import Settings
-from shared.tenant import FINALIZER, Tenant, parse_time
+from shared.steps import access
 
 from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, FakeVClusterApi, deliver, ref_of, tenant_object
 
@@ -176,7 +178,7 @@ def test_install_binding_never_in_force_is_temporary_and_makes_no_role(
 
 def test_the_rules_install_binds_are_the_ones_the_functions_need_in_the_namespace() -> None:
     needed = {
-        # helm's release record, listed by label (shared.release); vcluster's kubeconfig Secret by name
+        # helm's release record, listed by label (shared.adapters.release); vcluster's kubeconfig Secret by name
         "tenant-check-ready": (Rule(("",), ("secrets",), ("get", "list")),),
         # helm uninstall: lists, gets, marks "uninstalling" (update) and deletes the records
         "tenant-cleanup": (Rule(("",), ("secrets",), ("get", "list", "update", "delete")),),
@@ -478,12 +480,12 @@ def test_store_kubeconfig_refused_in_the_namespace_answers_503_and_leaves_the_te
     app = function_app(
         Step(
             name=store_kubeconfig.NAME,
-            accepts=frozenset({events.READY}),
+            accepts=frozenset({event_types.READY}),
             handle=lambda event, ref: store_kubeconfig.handle(kube, SETTINGS, ref),
         )
     )
     ready = CloudEvent(
-        attributes={"type": events.READY, "source": "/test", "datacontenttype": "application/json"},
+        attributes={"type": event_types.READY, "source": "/test", "datacontenttype": "application/json"},
         data=events.ref_data(ref_of(obj)),
     )
 
@@ -505,7 +507,7 @@ def test_check_ready_refused_in_the_namespace_is_temporary(helm: FakeHelm) -> No
     assert started is not None
     event = CloudEvent(
         attributes={
-            "type": events.PROVISIONING,
+            "type": event_types.PROVISIONING,
             "source": "/test",
             "time": started,
             "datacontenttype": "application/json",

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from shared.errors import ConfigError, PermanentError
-from shared.isolation import Isolation
-from shared.naming import RELEASE_NAME_MAX, TenantNames, check_tenant_name
-from shared.quantity import parse
+from shared.model.isolation import Isolation
+from shared.model.naming import RELEASE_NAME_MAX, TenantNames, check_tenant_name
+from shared.model.quantity import parse
+from shared.model.tenant import Quota, Tenant, TenantSpec
+from shared.model.values import distro_of, keep_distro, vcluster_values
 from shared.settings import Settings
-from shared.tenant import Quota, Tenant, TenantSpec
-from shared.values import distro_of, keep_distro, vcluster_values
 
 from .fakes import TENANT_NAMESPACE
 

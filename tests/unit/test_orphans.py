@@ -12,11 +12,12 @@ from prometheus_client import REGISTRY
 
 from functions import cleanup
 from functions.resync import resync
-from shared import events
+from shared.delivery import events
 from shared.errors import BadEvent, WorkInHand
-from shared.ownership import namespace_labels, orphaned_by, secret_labels
+from shared.model import event_types
+from shared.model.ownership import namespace_labels, orphaned_by, secret_labels
+from shared.model.tenant import FINALIZER, Tenant
 from shared.settings import Settings
-from shared.tenant import FINALIZER, Tenant
 
 from .fakes import (
     NAMESPACES_MADE,
@@ -68,7 +69,7 @@ def test_resync_sends_a_namespace_left_behind_to_cleanup_once_past_the_grace(
 
     assert resync(kube, sink, SETTINGS, now=AFTER_GRACE) == {"ORPHAN": 1}
     (sent,) = sink.sent
-    assert sent.get_type() == events.CLEANUP and sent.get_subject() == f"{TENANT_NAMESPACE}/bob"
+    assert sent.get_type() == event_types.CLEANUP and sent.get_subject() == f"{TENANT_NAMESPACE}/bob"
     assert sent.get_data() == {"namespace": TENANT_NAMESPACE, "name": "bob", "uid": gone.uid, "generation": 0} | {
         "orphan": "vcluster-bob"
     }
@@ -88,7 +89,7 @@ def test_a_namespace_whose_owner_lives_or_is_going_is_no_orphan(kube: FakeKube) 
     kube.add_namespace("vcluster-old", namespace_labels(Tenant.from_object(tenant_object("old", CS))), terminating=True)
     sink = FakeSink()
     assert "ORPHAN" not in resync(kube, sink, SETTINGS, now=AFTER_GRACE)
-    assert [e.get_type() for e in sink.sent] == [events.INSTALL], "bob (no status yet) goes to install"
+    assert [e.get_type() for e in sink.sent] == [event_types.INSTALL], "bob (no status yet) goes to install"
     assert orphans_found() == 0
 
 
@@ -100,10 +101,10 @@ def test_cleanup_removes_nothing_of_a_living_tenant_whatever_the_event_says(
     live = Tenant.from_object(kube.add_tenant(tenant_object("bob", CS, finalizers=[FINALIZER])))
     kube.add_namespace("vcluster-bob", namespace_labels(live))
     kube.add_secret(TENANT_NAMESPACE, KUBECONFIG, {"kubeconfig": b"..."}, secret_labels(live))
-    stale = events.make(events.CLEANUP, "resync", live.ref, orphan="vcluster-bob")
+    stale = events.make(event_types.CLEANUP, "resync", live.ref, orphan="vcluster-bob")
     assert cleanup.handle(kube, helm, api, SETTINGS, stale, live.ref) is None
     ghost = Tenant.from_object(tenant_object("ghost", CS)).ref
-    other = events.make(events.CLEANUP, "resync", ghost, orphan="vcluster-bob")
+    other = events.make(event_types.CLEANUP, "resync", ghost, orphan="vcluster-bob")
     assert cleanup.handle(kube, helm, api, SETTINGS, other, ghost) is None
     assert not kube.namespaces["vcluster-bob"]["terminating"] and (TENANT_NAMESPACE, KUBECONFIG) in kube.secrets
     assert kube.writes["namespace delete"] == 0 and kube.writes["secret delete"] == 0
@@ -114,7 +115,7 @@ def test_cleanup_of_an_orphan_waits_for_an_install_of_that_name(
 ) -> None:
     gone = left_behind(kube)
     kube.leases[(TENANT_NAMESPACE, "lock-vcluster-bob")] = "another-pod/1/1"
-    event = events.make(events.CLEANUP, "resync", gone.ref, orphan="vcluster-bob")
+    event = events.make(event_types.CLEANUP, "resync", gone.ref, orphan="vcluster-bob")
     with pytest.raises(WorkInHand):
         cleanup.handle(kube, helm, api, SETTINGS, event, gone.ref)
     assert not kube.namespaces["vcluster-bob"]["terminating"]
@@ -124,6 +125,6 @@ def test_an_orphan_outside_vcluster_namespaces_is_refused(
     kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
     gone = Tenant.from_object(tenant_object("bob", CS))
-    event = events.make(events.CLEANUP, "resync", gone.ref, orphan="kube-system")
+    event = events.make(event_types.CLEANUP, "resync", gone.ref, orphan="kube-system")
     with pytest.raises(BadEvent, match="vcluster-"):
         cleanup.handle(kube, helm, api, SETTINGS, event, gone.ref)

@@ -1,4 +1,4 @@
-"""The pure ownership rules (shared/ownership.py): whose an object is, and what a Tenant is told."""
+"""The pure ownership rules (shared/model/ownership.py): whose an object is, and what a Tenant is told."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from shared.errors import OwnershipConflict, TemporaryError
-from shared.naming import (
+from shared.model.naming import (
     LABEL_MANAGED_BY,
     LABEL_OWNER_NAME,
     LABEL_OWNER_NAMESPACE,
@@ -16,7 +16,7 @@ from shared.naming import (
     LABEL_TENANT_NAME,
     MANAGED_BY,
 )
-from shared.ownership import (
+from shared.model.ownership import (
     WAIT_FOR_CLEANUP_SECONDS,
     Claim,
     Owner,
@@ -36,7 +36,7 @@ from shared.ownership import (
     rival_refusal,
     secret_labels,
 )
-from shared.tenant import Tenant
+from shared.model.tenant import Tenant
 
 from .fakes import DELETED_AT, TENANT_NAMESPACE, tenant_object
 

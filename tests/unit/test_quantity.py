@@ -1,4 +1,4 @@
-"""Kubernetes quantities (shared.quantity): the API server's grammar, exact sums."""
+"""Kubernetes quantities (shared.model.quantity): the API server's grammar, exact sums."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from shared import quantity
+from shared.model import quantity
 
 
 @pytest.mark.parametrize(

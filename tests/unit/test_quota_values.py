@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from shared.tenant import Quota, Tenant
-from shared.values import vcluster_values
+from shared.model.tenant import Quota, Tenant
+from shared.model.values import vcluster_values
 
 from .fakes import TENANT_NAMESPACE
 

@@ -1,4 +1,4 @@
-"""shared.release: a release's state from helm's record Secrets (no helm process), and a tampered
+"""shared.adapters.release: a release's state from helm's record Secrets (no helm process), and a tampered
 history refused: every Secret with the release's labels must be a record helm itself wrote."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.errors import PermanentError, ReleaseTampered
-from shared.release import (
+from shared.adapters.release import (
     RECORD_TYPE,
     ReleaseRecords,
     SecretMeta,
@@ -17,6 +16,7 @@ from shared.release import (
     record_name,
     record_selector,
 )
+from shared.errors import PermanentError, ReleaseTampered
 
 
 def record(version: str, status: str, name: str = "vc-bob", **more: str) -> SecretMeta:

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from functions import check_ready, cleanup, install, store_kubeconfig
-from shared import claims, events
+from shared.adapters.release import RECORD_TYPE
+from shared.delivery import events
 from shared.errors import NotReadyYet, ReleaseTampered
-from shared.ownership import release_labels
-from shared.release import RECORD_TYPE
+from shared.model import event_types
+from shared.model.ownership import release_labels
 from shared.runtime import Runtime
 from shared.settings import Settings
+from shared.steps import claims
 
 from .fakes import (
     TENANT_NAMESPACE,
@@ -84,7 +86,7 @@ def test_install_runs_no_helm_operation_on_a_tampered_history_and_fails_the_tena
     releases = dict(helm.releases)
     changed = kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "3"})  # a new generation: an upgrade
 
-    response = deliver(install.create_app(runtime(kube, helm)), step_event(changed, events.INSTALL))
+    response = deliver(install.create_app(runtime(kube, helm)), step_event(changed, event_types.INSTALL))
 
     failed_with_tampered(kube, response)
     assert helm.calls["install_or_upgrade"] == 1, "the first install only: helm was not even asked"
@@ -98,7 +100,7 @@ def test_check_ready_fails_the_tenant_on_a_tampered_history(kube: FakeKube, helm
     forge(kube)
 
     response = deliver(
-        check_ready.create_app(runtime(kube, helm)), events.make(events.PROVISIONING, install.NAME, ref_of(obj))
+        check_ready.create_app(runtime(kube, helm)), events.make(event_types.PROVISIONING, install.NAME, ref_of(obj))
     )
 
     failed_with_tampered(kube, response)
@@ -117,7 +119,7 @@ def test_cleanup_skips_helm_uninstall_on_a_tampered_history_and_still_deletes_th
     assert gone is not None
 
     with pytest.raises(NotReadyYet, match=f"waiting for namespace {NS} to be deleted"):
-        cleanup.handle(kube, helm, api, SETTINGS, step_event(gone, events.CLEANUP), ref_of(gone))
+        cleanup.handle(kube, helm, api, SETTINGS, step_event(gone, event_types.CLEANUP), ref_of(gone))
 
     assert helm.calls["uninstall"] == 0
     assert kube.namespaces[NS]["terminating"]
@@ -131,7 +133,7 @@ def test_cleanup_skips_helm_uninstall_on_a_tampered_history_and_still_deletes_th
     assert kube.journal[-1][0] == "status"
 
     kube.finish_namespace_deletion(NS)  # the forged record goes with the namespace
-    assert cleanup.handle(kube, helm, api, SETTINGS, step_event(gone, events.CLEANUP), ref_of(gone)) is None
+    assert cleanup.handle(kube, helm, api, SETTINGS, step_event(gone, event_types.CLEANUP), ref_of(gone)) is None
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") is None
     assert kube.event("CleanupFinished")["type"] == "Normal"
     assert [u.status for u in api.reports] == ["deleted"]

@@ -24,17 +24,19 @@ from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
 from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
-from shared import access, certificates, events, lifecycle
+from shared.adapters.kube import Rollout
+from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
+from shared.delivery import events
+from shared.delivery.http import Step, function_app
 from shared.errors import Conflict, Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
-from shared.http import Step, function_app
-from shared.isolation import PolicyObject, policy_objects
-from shared.kube import Rollout
-from shared.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
-from shared.reconcile import first_sight
+from shared.model import event_types, lifecycle
+from shared.model.isolation import PolicyObject, policy_objects
+from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.model.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
+from shared.steps import access, certificates
+from shared.steps.reconcile import first_sight
 from testbed.controlplane import pki
 from testbed.local.ticker import ping_event
 from testbed.standins.vcluster import Identity, kubeconfig_for
@@ -393,7 +395,7 @@ def test_one_tenant_whose_reads_fail_does_not_stop_the_pass_for_the_others(
     monkeypatch.setattr(kube, "get_rollout", fail_for_bob)
 
     assert resync(kube, sink, SETTINGS) == {"STORE": 1}
-    assert [(e.get_type(), e.get_data()["name"]) for e in sink.sent] == [(events.READY, "carol")]  # type: ignore[index]
+    assert [(e.get_type(), e.get_data()["name"]) for e in sink.sent] == [(event_types.READY, "carol")]  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -411,7 +413,7 @@ def test_a_vcluster_secret_gone_does_not_count_as_drift_while_a_kubeconfig_is_st
         del kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]
 
     assert resync(kube, sink, SETTINGS) == expected
-    assert [e.get_type() for e in sink.sent] == ([events.READY] if expected else [])
+    assert [e.get_type() for e in sink.sent] == ([event_types.READY] if expected else [])
 
 
 def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them(
@@ -436,7 +438,7 @@ def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them
 
 class GrantedReadsOnly(FakeKube):
     """The API server's RBAC for resync: its reads in a Tenant's namespace need the RoleBinding
-    install makes there for it (shared.access); without it, 403."""
+    install makes there for it (shared.steps.access); without it, 403."""
 
     def _resync_granted(self, namespace: str) -> None:
         granted = (namespace, "kubeopera-tenants:tenant-resync") in self.role_bindings
@@ -467,7 +469,7 @@ def test_a_tenant_without_resyncs_grant_is_sent_to_install_which_makes_it(helm: 
 
     assert resync(kube, sink, SETTINGS) == {"INSTALL": 1}
     (event,) = sink.sent
-    assert event.get_type() == events.INSTALL and event.get_data()["name"] == "bob-dev"  # type: ignore[index]
+    assert event.get_type() == event_types.INSTALL and event.get_data()["name"] == "bob-dev"  # type: ignore[index]
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before, "nothing of the Tenant changed"
 
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
@@ -486,52 +488,52 @@ Scenario = Callable[[FakeKube, FakeHelm], tuple[str, datetime | None]]
 
 def first_event_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     kube.add_tenant(tenant_object("bob-dev", CS_BOB))  # the ApiServerSource was down: no status at all
-    return events.INSTALL, None
+    return event_types.INSTALL, None
 
 
 def install_delivery_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Pending", "lastSyncedAt": rfc3339(NOW)}))
-    return events.INSTALL, NOW
+    return event_types.INSTALL, NOW
 
 
 def spec_edit_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     ready(kube, helm)
     kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "4"})
-    return events.INSTALL, None
+    return event_types.INSTALL, None
 
 
 def settled_by_previous_version(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     ready(kube, helm)
     kube.tenants[(TENANT_NAMESPACE, "bob-dev")]["metadata"]["finalizers"] = []
-    return events.INSTALL, None
+    return event_types.INSTALL, None
 
 
 def poll_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     provisioning(kube, helm)
-    return events.PROVISIONING, synced_at(kube) + timedelta(seconds=LOST * POLL + 1)
+    return event_types.PROVISIONING, synced_at(kube) + timedelta(seconds=LOST * POLL + 1)
 
 
 def stored_kubeconfig_deleted(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     ready(kube, helm)
     del kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]
-    return events.READY, None
+    return event_types.READY, None
 
 
 def vcluster_wrote_a_new_kubeconfig(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     ready(kube, helm)
     kube.secrets[(BOB_NS, BOB_VC_SECRET)]["data"] = {VCLUSTER_CONFIG_KEY: CONFIG + b"# rotated\n"}
-    return events.READY, None
+    return event_types.READY, None
 
 
 def callback_failed(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     ready(kube, helm, api=FakeKubeoperaApi(DOWN))
-    return events.KUBECONFIG_STORED, None
+    return event_types.KUBECONFIG_STORED, None
 
 
 def deletion_event_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
     ready(kube, helm)
     kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
-    return events.CLEANUP, None
+    return event_types.CLEANUP, None
 
 
 def cleanup_stalled(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
@@ -541,11 +543,11 @@ def cleanup_stalled(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | Non
     with pytest.raises(NotReadyYet):  # phase Deleting; the namespace is terminating
         cleanup.handle(kube, helm, FakeKubeoperaApi(), SETTINGS, CloudEvent(_cleanup_attrs(), obj), ref_of(obj))
     assert live(kube).status.phase == "Deleting"
-    return events.CLEANUP, synced_at(kube) + timedelta(seconds=CLEANUP_STALL_SECONDS + 1)
+    return event_types.CLEANUP, synced_at(kube) + timedelta(seconds=CLEANUP_STALL_SECONDS + 1)
 
 
 def _cleanup_attrs() -> dict[str, Any]:
-    return {"type": events.CLEANUP, "source": "/test", "datacontenttype": "application/json"}
+    return {"type": event_types.CLEANUP, "source": "/test", "datacontenttype": "application/json"}
 
 
 @pytest.mark.parametrize(
@@ -578,7 +580,7 @@ def test_each_drift_sends_exactly_its_steps_event(
     assert kube.journal[mark:] == first_sight_write
     # a deletion's re-drive goes to install first (it grants cleanup its reads there, for a
     # Tenant made before those grants; access.grant_if_ours), then to cleanup
-    before = [events.INSTALL] if redrive == "CLEANUP" else []
+    before = [event_types.INSTALL] if redrive == "CLEANUP" else []
     assert [e.get_type() for e in sink.sent] == [*before, event_type]
     sent = sink.sent[-1]
     subject = live(kube)
@@ -607,8 +609,8 @@ def test_one_pass_redrives_each_waiting_tenant_once_in_one_list(kube: FakeKube, 
 
     assert counts == {"NOTIFY": 1, "INSTALL": 1}
     assert [(e.get_subject(), e.get_type()) for e in sink.sent] == [
-        (f"{TENANT_NAMESPACE}/carol", events.KUBECONFIG_STORED),
-        (f"{TENANT_NAMESPACE}/dave", events.INSTALL),
+        (f"{TENANT_NAMESPACE}/carol", event_types.KUBECONFIG_STORED),
+        (f"{TENANT_NAMESPACE}/dave", event_types.INSTALL),
     ]
     assert kube.calls["list_tenants"] == 1 and kube.calls["get_tenant"] == 0
 
@@ -681,7 +683,7 @@ def test_release_gone_writes_pending_then_sends_install_which_installs_it_again(
     assert kube.journal[mark:] == [
         ("status", f"{BOB_KEY}:Pending"),
         ("event", "Pending"),
-        ("send", events.INSTALL),
+        ("send", event_types.INSTALL),
     ]
     message = f"helm release {BOB_RELEASE} is gone; provisioning it again"
     assert kube.events[-1] == {
@@ -695,7 +697,7 @@ def test_release_gone_writes_pending_then_sends_install_which_installs_it_again(
     pending = live(kube)
     assert (pending.status.phase, pending.status.message) == ("Pending", message)
     sent = only_event(sink)
-    assert (sent.get_type(), sent.get_source()) == (events.INSTALL, SOURCE)
+    assert (sent.get_type(), sent.get_source()) == (event_types.INSTALL, SOURCE)
     assert sent.get_data() == events.ref_data(pending.ref)
 
     # install takes it from there, as it does any Pending Tenant
@@ -748,7 +750,7 @@ def test_store_redrive_converges_and_announces_nothing_twice(kube: FakeKube, hel
 
     assert resync(kube, sink, SETTINGS) == {"STORE": 1}
     reply = store_kubeconfig.handle(kube, SETTINGS, events.tenant_ref(only_event(sink)))
-    assert reply is not None and reply.get_type() == events.KUBECONFIG_STORED
+    assert reply is not None and reply.get_type() == event_types.KUBECONFIG_STORED
     assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"] == {KUBECONFIG_KEY: fresh}
     notify_api.handle(kube, api, events.tenant_ref(reply))
 
@@ -765,7 +767,7 @@ def test_cleanup_redrive_starts_the_cleanup_the_lost_event_would_have(
     kube.delete_tenant(TENANT_NAMESPACE, "bob-dev")
 
     assert resync(kube, sink, SETTINGS) == {"CLEANUP": 1}
-    assert [e.get_type() for e in sink.sent] == [events.INSTALL, events.CLEANUP]
+    assert [e.get_type() for e in sink.sent] == [event_types.INSTALL, event_types.CLEANUP]
     sent = sink.sent[-1]
     with pytest.raises(NotReadyYet):
         cleanup.handle(kube, helm, FakeKubeoperaApi(), SETTINGS, sent, events.tenant_ref(sent))
@@ -830,7 +832,7 @@ def test_a_sink_failure_after_reinstall_wrote_pending_is_made_good_by_the_next_p
 
     up = FakeSink()
     assert resync(kube, up, SETTINGS) == {"INSTALL": 1}
-    assert only_event(up).get_type() == events.INSTALL
+    assert only_event(up).get_type() == event_types.INSTALL
 
 
 # notify-api: resync's re-send of a failed callback ----------------------------------------------
@@ -921,13 +923,14 @@ def test_a_tick_step_answers_204_to_the_pingsources_event_without_a_tenant() -> 
     assert response.status_code == 204
     assert response.data == b""
     assert len(ticks) == 1
-    assert ticks[0].get_type() == events.PING
+    assert ticks[0].get_type() == event_types.PING
     assert ticks[0].get_source() == f"/apis/v1/namespaces/{TENANT_NAMESPACE}/pingsources/tenant-resync"
     assert ticks[0].get_data() == {"reason": "periodic resync"}
 
 
 @pytest.mark.parametrize(
-    "event_type", [events.PROVISIONING, events.INSTALL, events.APISERVER_UPDATE, "dev.knative.sources.pong"]
+    "event_type",
+    [event_types.PROVISIONING, event_types.INSTALL, event_types.APISERVER_UPDATE, "dev.knative.sources.pong"],
 )
 def test_a_tick_step_answers_400_to_other_types(event_type: str) -> None:
     ticks: list[BaseCloudEvent] = []
@@ -950,7 +953,7 @@ def test_a_resync_tick_over_http_sends_with_the_deliverys_traceparent(kube: Fake
     response = post(resync_app(kube, sink), headers | {"traceparent": TRACEPARENT}, body)
 
     assert response.status_code == 204
-    assert only_event(sink).get_type() == events.INSTALL
+    assert only_event(sink).get_type() == event_types.INSTALL
     # the events it sends continue the tick's trace (the same trace id; with tracing on, its own span)
     assert [t.split("-")[1] for t in sink.traceparents] == [TRACEPARENT.split("-")[1]]
 

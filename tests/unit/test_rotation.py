@@ -1,5 +1,5 @@
 """``kubeopera-tenants rotate``: which Tenants it takes, the order of its three writes, and how it
-judges the pipeline's answer (shared/rotation.py), against the fake adapter."""
+judges the pipeline's answer (shared/steps/rotation.py), against the fake adapter."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.naming import KUBECONFIG_KEY
-from shared.rotation import Progress, RotationError, certs_secret, progress, refusal, rotate
-from shared.tenant import FINALIZER, Tenant
+from shared.model.naming import KUBECONFIG_KEY
+from shared.model.tenant import FINALIZER, Tenant
+from shared.steps.rotation import Progress, RotationError, certs_secret, progress, refusal, rotate
 
 from .fakes import TENANT_NAMESPACE, FakeKube, tenant_object
 

@@ -1,4 +1,4 @@
-"""The router and the lifecycle table it decides with (``functions.router``, ``shared.lifecycle``).
+"""The router and the lifecycle table it decides with (``functions.router``, ``shared.model.lifecycle``).
 
 Every phase and condition a Tenant change can show, and what the router sends for it; then a
 Tenant's whole life through the real functions on the unit fakes, every write of theirs echoed
@@ -17,8 +17,9 @@ from cloudevents.core.base import BaseCloudEvent
 from cloudevents.core.v1.event import CloudEvent
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, router, store_kubeconfig
-from shared import events, lifecycle
-from shared.tenant import FINALIZER, Phase, Tenant
+from shared.delivery import events
+from shared.model import event_types, lifecycle
+from shared.model.tenant import FINALIZER, Phase, Tenant
 
 from .fakes import (
     TENANT_NAMESPACE,
@@ -35,7 +36,7 @@ from .fakes import (
 CS = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
 CONFIG = b"apiVersion: v1\nkind: Config\n"
 NOW = "2026-12-02T12:00:00Z"
-ADD, UPDATE, DELETE = events.APISERVER_ADD, events.APISERVER_UPDATE, events.APISERVER_DELETE
+ADD, UPDATE, DELETE = event_types.APISERVER_ADD, event_types.APISERVER_UPDATE, event_types.APISERVER_DELETE
 PROJECT = Path(__file__).resolve().parents[2]
 
 
@@ -82,35 +83,35 @@ def marked_retry(reason: str) -> dict[str, Any]:
 
 ROWS = [
     # (object, event type, what the router sends)
-    pytest.param(tenant(None, finalizer=False), ADD, events.INSTALL, id="new"),
+    pytest.param(tenant(None, finalizer=False), ADD, event_types.INSTALL, id="new"),
     pytest.param(tenant({"phase": "Pending"}, finalizer=False), UPDATE, None, id="install-first-sight"),
     pytest.param(tenant({"phase": "Pending"}), UPDATE, None, id="install-added-the-finalizer"),
-    pytest.param(tenant({"phase": "Pending"}, generation=2), UPDATE, events.INSTALL, id="edited-while-first-seen"),
+    pytest.param(tenant({"phase": "Pending"}, generation=2), UPDATE, event_types.INSTALL, id="edited-while-first-seen"),
     pytest.param(tenant(settled("Provisioning")), UPDATE, None, id="provisioning"),
     pytest.param(tenant(settled("Ready", READY)), UPDATE, None, id="ready"),
-    pytest.param(tenant(settled("Ready", READY), generation=2), UPDATE, events.INSTALL, id="new-gen"),
-    pytest.param(tenant(settled("Provisioning"), generation=2), UPDATE, events.INSTALL, id="gen-mid"),
-    pytest.param(tenant(settled("Ready", READY), finalizer=False), UPDATE, events.INSTALL, id="legacy"),
+    pytest.param(tenant(settled("Ready", READY), generation=2), UPDATE, event_types.INSTALL, id="new-gen"),
+    pytest.param(tenant(settled("Provisioning"), generation=2), UPDATE, event_types.INSTALL, id="gen-mid"),
+    pytest.param(tenant(settled("Ready", READY), finalizer=False), UPDATE, event_types.INSTALL, id="legacy"),
     pytest.param(
         tenant({"phase": "Provisioning", "observedGeneration": 1, "conditions": [READY]}),
         UPDATE,
-        events.INSTALL,
+        event_types.INSTALL,
         id="provisioning-without-its-release",
     ),
     pytest.param(tenant(failed("ProvisionTimeout")), UPDATE, None, id="failed"),
-    pytest.param(tenant(retried("ProvisionTimeout")), UPDATE, events.INSTALL, id="retried"),
-    pytest.param(tenant(marked_retry("RetryRequested")), UPDATE, events.INSTALL, id="retried-by-the-cli"),
+    pytest.param(tenant(retried("ProvisionTimeout")), UPDATE, event_types.INSTALL, id="retried"),
+    pytest.param(tenant(marked_retry("RetryRequested")), UPDATE, event_types.INSTALL, id="retried-by-the-cli"),
     pytest.param(tenant(marked_retry("RetryAccepted")), UPDATE, None, id="install-accepted-the-retry"),
     pytest.param(
-        tenant({"phase": "Pending", "conditions": [READY]}), UPDATE, events.INSTALL, id="resync-pending"
+        tenant({"phase": "Pending", "conditions": [READY]}), UPDATE, event_types.INSTALL, id="resync-pending"
     ),
-    pytest.param(tenant(settled("Ready", READY), deleting=True), UPDATE, events.CLEANUP, id="deleted"),
-    pytest.param(tenant(None, deleting=True), UPDATE, events.CLEANUP, id="deleted-before-install"),
-    pytest.param(tenant(failed("ProvisionTimeout"), deleting=True), UPDATE, events.CLEANUP,
+    pytest.param(tenant(settled("Ready", READY), deleting=True), UPDATE, event_types.CLEANUP, id="deleted"),
+    pytest.param(tenant(None, deleting=True), UPDATE, event_types.CLEANUP, id="deleted-before-install"),
+    pytest.param(tenant(failed("ProvisionTimeout"), deleting=True), UPDATE, event_types.CLEANUP,
                  id="failed-deleted"),  # fmt: skip
     pytest.param(tenant({"phase": "Deleting"}, deleting=True), UPDATE, None, id="cleanup-running"),
     pytest.param(tenant(failed("CleanupFailed"), deleting=True), UPDATE, None, id="cleanup-gave-up"),
-    pytest.param(tenant(retried("CleanupFailed"), deleting=True), UPDATE, events.CLEANUP,
+    pytest.param(tenant(retried("CleanupFailed"), deleting=True), UPDATE, event_types.CLEANUP,
                  id="cleanup-retried"),  # fmt: skip
     pytest.param(tenant(settled("Ready", READY), finalizer=False, deleting=True), UPDATE, None,
                  id="deleted-without-our-finalizer"),  # fmt: skip
@@ -136,9 +137,9 @@ def test_resync_and_the_steps_agree_with_the_router(obj: dict[str, Any], event_t
     subject = Tenant.from_object(obj)
     if event_type == DELETE:
         return  # the object of a delete event no longer exists: nothing reads it again
-    if expected == events.INSTALL:
+    if expected == event_types.INSTALL:
         assert lifecycle.install_skip_reason(subject) is None
-    if expected == events.CLEANUP:
+    if expected == event_types.CLEANUP:
         assert lifecycle.wants_cleanup(subject)
     if expected is None and not lifecycle.accepted_by_install(subject):
         assert not lifecycle.wants_install(subject)
@@ -149,7 +150,7 @@ def test_an_object_that_is_no_tenant_goes_to_install_which_reads_the_live_one() 
     del obj["spec"]["userID"]
     event = apiserver_event(obj, ADD)
     sent = router.route(event, events.tenant_ref(event))
-    assert sent is not None and sent.get_type() == events.INSTALL
+    assert sent is not None and sent.get_type() == event_types.INSTALL
 
 
 def test_every_event_type_goes_to_exactly_one_step_and_each_reply_to_one_that_takes_it() -> None:
@@ -185,11 +186,11 @@ def test_a_tenants_life_sends_install_once_and_cleanup_once(
 ) -> None:
     runtime = fake_runtime(kube, helm, api)
     apps = {
-        events.INSTALL: install.create_app(runtime),
-        events.PROVISIONING: check_ready.create_app(runtime),
-        events.READY: store_kubeconfig.create_app(runtime),
-        events.KUBECONFIG_STORED: notify_api.create_app(runtime),
-        events.CLEANUP: cleanup.create_app(runtime),
+        event_types.INSTALL: install.create_app(runtime),
+        event_types.PROVISIONING: check_ready.create_app(runtime),
+        event_types.READY: store_kubeconfig.create_app(runtime),
+        event_types.KUBECONFIG_STORED: notify_api.create_app(runtime),
+        event_types.CLEANUP: cleanup.create_app(runtime),
     }
     routing = router.create_app(runtime)
     routed: list[str] = []
@@ -210,28 +211,28 @@ def test_a_tenants_life_sends_install_once_and_cleanup_once(
 
     added = kube.add_tenant(tenant_object("bob", CS))
     first = route(added, ADD)
-    assert first is not None and first.get_type() == events.INSTALL
-    provisioning = answered(deliver(apps[events.INSTALL], first))
+    assert first is not None and first.get_type() == event_types.INSTALL
+    provisioning = answered(deliver(apps[event_types.INSTALL], first))
     assert provisioning is not None
     kube.boot_vcluster("bob", CONFIG)  # it boots before check-ready's first look: the chain runs to its end
     run_chain(provisioning)
     for echo in list(kube.echoes):  # the pipeline's own writes coming back
         assert route(echo) is None, echo.get("status")
     assert kube.get_tenant(TENANT_NAMESPACE, "bob").status.phase == "Ready"  # type: ignore[union-attr]
-    assert routed == [events.INSTALL]
+    assert routed == [event_types.INSTALL]
 
     kube.echoes.clear()
     deleting = kube.delete_tenant(TENANT_NAMESPACE, "bob")
     assert deleting is not None
     cleanup_event = route(deleting)
     assert cleanup_event is not None
-    assert deliver(apps[events.CLEANUP], cleanup_event).status_code == 503  # the namespace is terminating
+    assert deliver(apps[event_types.CLEANUP], cleanup_event).status_code == 503  # the namespace is terminating
     kube.finish_namespace_deletion("vcluster-bob")
     run_chain(cleanup_event)  # the broker's re-delivery
     for echo in list(kube.echoes):
         assert route(echo) is None, echo.get("status")
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob") is None
-    assert routed == [events.INSTALL, events.CLEANUP]
+    assert routed == [event_types.INSTALL, event_types.CLEANUP]
 
 
 def test_the_routers_dead_letter_fails_no_tenant(kube: FakeKube, helm: FakeHelm) -> None:

@@ -1,4 +1,4 @@
-"""Sender identity (shared.senders) and its place in the HTTP layer: a request that does not
+"""Sender identity (shared.delivery.senders) and its place in the HTTP layer: a request that does not
 carry the broker's token for this function is refused with 401 before its body is read.
 
 The TokenReview is a small fake of ``Kube.review_token`` that knows a few tokens, as the API
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from shared import events, metrics
+from shared.delivery.http import Step, function_app
+from shared.delivery.senders import REMEMBER_SECONDS, Refused, Review, SenderCheck, SenderPolicy, bearer_token
 from shared.errors import ConfigError, PermanentError, TemporaryError
-from shared.http import Step, function_app
-from shared.senders import REMEMBER_SECONDS, Refused, Review, SenderCheck, SenderPolicy, bearer_token
+from shared.model import event_types
+from shared.observability import metrics
 from shared.settings import Settings
 
 AUDIENCE = "tenant-install"
@@ -137,7 +138,7 @@ EVENT_HEADERS = {
     "ce-specversion": "1.0",
     "ce-id": "1",
     "ce-source": "/test",
-    "ce-type": events.PROVISIONING,
+    "ce-type": event_types.PROVISIONING,
     "Content-Type": "application/json",
 }
 BODY = json.dumps({"namespace": "kubeopera-system", "name": "alice", "uid": "u-1", "generation": 1})
@@ -146,7 +147,7 @@ BODY = json.dumps({"namespace": "kubeopera-system", "name": "alice", "uid": "u-1
 def app_with(reviewer: Any, handled: list[str]) -> Any:
     step = Step(
         name="t-senders",
-        accepts=frozenset({events.PROVISIONING}),
+        accepts=frozenset({event_types.PROVISIONING}),
         handle=lambda event, ref: handled.append(ref.key),  # type: ignore[func-returns-value]
     )
     return function_app(step, SenderCheck(POLICY, reviewer)).test_client()

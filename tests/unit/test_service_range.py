@@ -1,12 +1,12 @@
-"""The host's Service range for ``serviceCIDR`` (shared.service_range): the setting wins, then the
+"""The host's Service range for ``serviceCIDR`` (shared.model.service_range): the setting wins, then the
 cluster's ServiceCIDR objects; neither stops install at start with a message that says what to set."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared import service_range
 from shared.errors import ConfigError
+from shared.model import service_range
 from shared.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""shared.sink posts resync's own events to the broker, with the SinkBinding's sender token when
+"""shared.delivery.sink posts resync's own events to the broker, with the SinkBinding's sender token when
 Knative mounts one. A real HTTP server on loopback stands in for the broker's ingress (what it
 answers is the only thing under test here; the real ingress is in the e2e suite)."""
 
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from shared import events
+from shared.delivery import events
+from shared.delivery.sink import Sink
 from shared.errors import TemporaryError
-from shared.sink import Sink
-from shared.tenant import TenantRef
+from shared.model import event_types
+from shared.model.tenant import TenantRef
 
 REF = TenantRef("kubeopera-system", "alice", "u-1", 1)
 
@@ -48,16 +49,16 @@ def ingress() -> Iterator[str]:
 def test_the_sinkbindings_token_is_read_at_each_send(ingress: str, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     sink = Sink(ingress, token_file=token_file)
-    sink.send(events.make(events.INSTALL, "resync", REF))  # no token mounted: none sent
+    sink.send(events.make(event_types.INSTALL, "resync", REF))  # no token mounted: none sent
     token_file.write_text("first\n")
-    sink.send(events.make(events.INSTALL, "resync", REF))
+    sink.send(events.make(event_types.INSTALL, "resync", REF))
     token_file.write_text("rotated")  # Knative refreshes the Secret behind the mount
-    sink.send(events.make(events.INSTALL, "resync", REF))
+    sink.send(events.make(event_types.INSTALL, "resync", REF))
     assert [h.get("authorization") for h in Ingress.received] == [None, "Bearer first", "Bearer rotated"]
-    assert all(h["ce-type"] == events.INSTALL for h in Ingress.received)
+    assert all(h["ce-type"] == event_types.INSTALL for h in Ingress.received)
 
 
 def test_a_refusal_by_the_broker_is_temporary(ingress: str, tmp_path: Path) -> None:
     Ingress.status = 401
     with pytest.raises(TemporaryError, match="401"):
-        Sink(ingress, token_file=tmp_path / "absent").send(events.make(events.INSTALL, "resync", REF))
+        Sink(ingress, token_file=tmp_path / "absent").send(events.make(event_types.INSTALL, "resync", REF))

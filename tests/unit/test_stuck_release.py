@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.helm import stuck_verdict
-from shared.release import ReleaseState
+from shared.adapters.helm import stuck_verdict
+from shared.adapters.release import ReleaseState
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared import events
+from shared.delivery import events
 from shared.errors import BadEvent, PermanentError
-from shared.tenant import COND_READY, Condition, Phase, StatusUpdate, Tenant, merge_conditions
+from shared.model import event_types
+from shared.model.tenant import COND_READY, Condition, Phase, StatusUpdate, Tenant, merge_conditions
 
 from .fakes import TENANT_NAMESPACE
 
@@ -109,7 +110,7 @@ def binary(event_type: str, data: dict[str, Any]) -> tuple[dict[str, str], bytes
 
 
 def test_apiserver_event_yields_the_tenant_ref() -> None:
-    headers, body = binary(events.APISERVER_ADD, tenant_object())
+    headers, body = binary(event_types.APISERVER_ADD, tenant_object())
     ref = events.tenant_ref(events.parse(headers, body))
     assert (ref.namespace, ref.name, ref.uid, ref.generation) == (TENANT_NAMESPACE, "alice-default", "u-1", 3)
 
@@ -121,7 +122,7 @@ def test_structured_event_is_accepted() -> None:
             "specversion": "1.0",
             "id": "1",
             "source": "/x",
-            "type": events.PROVISIONING,
+            "type": event_types.PROVISIONING,
             "datacontenttype": "application/json",
             "data": ref_data,
         }
@@ -132,7 +133,7 @@ def test_structured_event_is_accepted() -> None:
 
 def test_own_events_follow_the_contract_and_round_trip() -> None:
     t = Tenant.from_object(tenant_object())
-    event = events.make(events.KUBECONFIG_STORED, "store-kubeconfig", t.ref, kubeconfigSecret="s")
+    event = events.make(event_types.KUBECONFIG_STORED, "store-kubeconfig", t.ref, kubeconfigSecret="s")
     headers, body = events.to_binary(event)
     assert headers["ce-source"] == "/kubeopera/tenants/store-kubeconfig"
     assert headers["ce-subject"] == f"{TENANT_NAMESPACE}/alice-default"
@@ -199,14 +200,14 @@ def test_garbage_is_a_bad_event(headers: dict[str, str], body: bytes, message: s
     ],
 )
 def test_event_data_without_a_tenant_ref_is_bad(data: dict[str, Any]) -> None:
-    headers, body = binary(events.PROVISIONING, data)
+    headers, body = binary(event_types.PROVISIONING, data)
     with pytest.raises(BadEvent):
         events.tenant_ref(events.parse(headers, body))
 
 
 def test_the_longest_names_kubernetes_allows_are_a_tenant_ref() -> None:
     data = {"namespace": "n" * 63, "name": ".".join(["a" * 63] * 3) + ".b", "uid": "u" * 128, "generation": 2**63}
-    headers, body = binary(events.PROVISIONING, data)
+    headers, body = binary(event_types.PROVISIONING, data)
     ref = events.tenant_ref(events.parse(headers, body))
     assert (ref.namespace, ref.name, ref.uid) == (data["namespace"], data["name"], data["uid"])
 
@@ -214,6 +215,6 @@ def test_the_longest_names_kubernetes_allows_are_a_tenant_ref() -> None:
 def test_apiserver_event_about_another_kind_is_bad() -> None:
     obj = tenant_object()
     obj["kind"] = "ConfigMap"
-    headers, body = binary(events.APISERVER_UPDATE, obj)
+    headers, body = binary(event_types.APISERVER_UPDATE, obj)
     with pytest.raises(BadEvent, match="ConfigMap"):
         events.tenant_ref(events.parse(headers, body))

@@ -1,4 +1,4 @@
-"""Traces across the chain (``shared.tracing``), recorded by OpenTelemetry's own SDK into memory.
+"""Traces across the chain (``shared.observability.tracing``), recorded by OpenTelemetry's own SDK into memory.
 
 The functions run over HTTP with the unit stand-ins of their adapters, so the spans here are the
 delivery spans and their links; the Kubernetes, helm and kubeopera-api spans of the real
@@ -19,11 +19,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from functions import check_ready, install, notify_api, resync, router, store_kubeconfig
-from shared import events, tracing
-from shared.kube import Rollout
+from shared.adapters.kube import Rollout
+from shared.delivery import events
+from shared.model import event_types
+from shared.model.tenant import FINALIZER
+from shared.observability import tracing
 from shared.runtime import Runtime
 from shared.settings import Settings
-from shared.tenant import FINALIZER
 
 from .fakes import (
     TENANT_NAMESPACE,
@@ -80,7 +82,7 @@ def test_the_chain_is_one_trace_each_step_the_child_of_the_one_before(
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     checker = check_ready.create_app(runtime)
 
-    added = apiserver_event(obj, events.APISERVER_ADD)
+    added = apiserver_event(obj, event_types.APISERVER_ADD)
     routed = _reply(deliver(router.create_app(runtime), added, {"traceparent": INCOMING}))
     provisioning = _reply(deliver(install.create_app(runtime), routed))
     poll = deliver(checker, provisioning)  # the vCluster is not up: 503, the broker re-delivers
@@ -99,10 +101,10 @@ def test_the_chain_is_one_trace_each_step_the_child_of_the_one_before(
     assert store_span.parent.span_id == check_span.context.span_id  # type: ignore[union-attr]
     assert notify_span.parent.span_id == store_span.context.span_id  # type: ignore[union-attr]
 
-    assert router_span.name == f"router {events.APISERVER_ADD}"
-    assert install_span.name == f"install {events.INSTALL}"
+    assert router_span.name == f"router {event_types.APISERVER_ADD}"
+    assert install_span.name == f"install {event_types.INSTALL}"
     assert install_span.attributes is not None
-    assert install_span.attributes["cloudevents.event_type"] == events.INSTALL
+    assert install_span.attributes["cloudevents.event_type"] == event_types.INSTALL
     assert install_span.attributes["kubeopera.tenant"] == "kubeopera-system/bob-dev"
     assert install_span.attributes["http.response.status_code"] == 200
     assert poll_span.attributes is not None
@@ -126,7 +128,7 @@ def test_a_chain_without_incoming_context_starts_its_own_trace(
     )
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
 
-    provisioning = _reply(deliver(install.create_app(runtime), step_event(obj, events.INSTALL)))
+    provisioning = _reply(deliver(install.create_app(runtime), step_event(obj, event_types.INSTALL)))
 
     (install_span,) = _delivery_spans(spans)
     assert install_span.parent is None

@@ -19,10 +19,10 @@ import jsonschema
 import pytest
 import yaml
 
-from shared.isolation import Isolation
+from shared.model.isolation import Isolation
+from shared.model.tenant import Quota, Tenant, TenantSpec
+from shared.model.values import vcluster_values
 from shared.settings import Settings
-from shared.tenant import Quota, Tenant, TenantSpec
-from shared.values import vcluster_values
 
 from .fakes import TENANT_NAMESPACE
 

@@ -1,4 +1,4 @@
-"""shared.vcluster_api's pure parts: which kubeconfigs can be used, and what a probe's answers mean.
+"""shared.adapters.vcluster_api's pure parts: which kubeconfigs can be used, and what a probe's answers mean.
 
 The probe itself, over TLS with the stand-in vCluster's own CA, is tests/integration/test_vcluster_standin.py.
 """
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.vcluster_api import CHECKS, Credentials, UnusableKubeconfig, VClusterApi, read_kubeconfig, verdict
+from shared.adapters.vcluster_api import CHECKS, Credentials, UnusableKubeconfig, VClusterApi, read_kubeconfig, verdict
 
 SERVER = "https://vc-bob.vcluster-bob.svc:443"
 

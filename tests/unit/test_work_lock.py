@@ -1,4 +1,4 @@
-"""The work lock of a Tenant's namespace (shared/locks.py): a Lease in the Tenants' namespace, held
+"""The work lock of a Tenant's namespace (shared/steps/locks.py): a Lease in the Tenants' namespace, held
 for as long as install's or cleanup's work runs, renewed by a thread of its own, given up after; a
 Lease lost meanwhile is said loudly."""
 
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from shared import locks
 from shared.errors import WorkInHand
-from shared.naming import TenantNames
+from shared.model.naming import TenantNames
+from shared.steps import locks
 
 from .fakes import FakeKube
 

@@ -8,7 +8,7 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
   release's current ones and returns the current revision when they are equal, so a re-delivered
   event does not create a new helm revision.
 - **One helm operation per release at a time** is the caller's: install and cleanup hold
-  ``shared.locks.work_lock`` of the release's namespace (one thread lock in a process, then a
+  ``shared.steps.locks.work_lock`` of the release's namespace (one thread lock in a process, then a
   Lease beside the Tenants across processes); helm's own pending states refuse a second
   operation anyway.
 - **Stuck releases recovered.** A helm process killed mid-operation leaves the release
@@ -48,9 +48,9 @@ from typing import Any, TypeVar
 import pyhelm3
 from pyhelm3 import errors as helm_errors
 
-from shared import metrics, timing, tracing
+from shared.adapters.release import ReleaseState
 from shared.errors import PermanentError, TemporaryError
-from shared.release import ReleaseState
+from shared.observability import metrics, timing, tracing
 from shared.settings import HELM_KILL_AFTER_SECONDS
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def deadline_wrapper(executable: str, deadline: float, folder: Path) -> Path:
     staging = folder / f".helm-with-deadline.{os.getpid()}"
     staging.write_text(
         "#!/bin/sh\n"
-        "# helm, stopped at its deadline: TERM, then KILL (shared/helm.py)\n"
+        "# helm, stopped at its deadline: TERM, then KILL (shared/adapters/helm.py)\n"
         f"exec timeout --verbose --kill-after={HELM_KILL_AFTER_SECONDS} {deadline:g} "
         f'{shlex.quote(executable)} "$@"\n'
     )
@@ -250,7 +250,7 @@ class Helm:
         ``guard`` sees the values of the release as it is (None: there is none) before anything
         is changed, and raises to refuse (the ownership check); it runs under the caller's release lock.
         ``keep(values, current)`` then returns the values to apply, keeping what a running release
-        must keep (its distro, ``shared.values.keep_distro``).
+        must keep (its distro, ``shared.model.values.keep_distro``).
         """
         with _operation("upgrade_install", _release_attributes(name, namespace)) as outcome:
             what = f"helm upgrade --install {namespace}/{name}"

@@ -1,6 +1,6 @@
 """The functions' access in a Tenant's namespace, install's own included: granted there by
 install; and the namespace's own labels that install keeps true (``keep_labels``: its Pod
-Security labels, ``shared.isolation``), checked on the same reads.
+Security labels, ``shared.model.isolation``), checked on the same reads.
 
 No function holds a Secret rule cluster-wide. Each reads Secrets only in ``vcluster-{tenantName}``,
 which exists only once install made it, and where the Tenants live (their Roles in
@@ -19,7 +19,7 @@ namespace, ensures there, in this order:
   StatefulSet ``<release>``, by name, and nothing else;
 - RoleBinding ``kubeopera-tenants:tenant-check-ready`` to ClusterRole
   ``kubeopera-tenants:tenant-check-ready:vcluster-namespace``: get, list Secrets (helm's release
-  record, listed by its labels, ``shared.release``; vcluster's ``vc-<release>``);
+  record, listed by its labels, ``shared.adapters.release``; vcluster's ``vc-<release>``);
 - RoleBinding ``kubeopera-tenants:tenant-cleanup`` to ClusterRole
   ``kubeopera-tenants:tenant-cleanup:vcluster-namespace``: get, list, update, delete Secrets
   (``helm uninstall``: the release's records, the chart's Secret).
@@ -34,7 +34,7 @@ writes a Role or a binding after its own, install waits (briefly) until the API 
 holds its rights there (a SelfSubjectAccessReview, ``Kube.allowed``); not in force within
 ``IN_FORCE_SECONDS`` is temporary.
 
-The objects carry the namespace's labels (the owner's uid, namespace and name, ``shared.ownership``)
+The objects carry the namespace's labels (the owner's uid, namespace and name, ``shared.model.ownership``)
 and ``app.kubernetes.io/*`` naming the function. They have no ownerReferences: the Tenant lives in
 another namespace, and the garbage collector reads an owner in another namespace as absent and
 deletes the dependent. cleanup's deletion of the namespace takes them with it.
@@ -48,7 +48,7 @@ the first delivery after that window (or at once by a full install run, which al
 Tenant made before a grant existed gets it the same way, on its next install delivery (resync
 sends one when its own reads there are refused, ``functions.resync``).
 A read in the namespace that the API server refuses (403) while the grant is not in force yet is
-temporary (``granted_at_run_time``); see the note on 403 in ``shared.kube``.
+temporary (``granted_at_run_time``); see the note on 403 in ``shared.adapters.kube``.
 """
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from shared.adapters.kube import Kube
 from shared.errors import Conflict, Forbidden, TemporaryError
-from shared.kube import Kube
-from shared.ownership import Claim, judge, legacy_namespace_labels, namespace_labels
-from shared.rbac import Role, RoleBinding, RoleRef, Rule, Subject, has_labels
-from shared.tenant import Tenant
+from shared.model.ownership import Claim, judge, legacy_namespace_labels, namespace_labels
+from shared.model.rbac import Role, RoleBinding, RoleRef, Rule, Subject, has_labels
+from shared.model.tenant import Tenant
 
 log = logging.getLogger(__name__)
 

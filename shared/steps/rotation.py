@@ -29,12 +29,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.certificates import client_certificate_expiry
+from shared.adapters.kube import Kube
+from shared.adapters.vcluster_api import UnusableKubeconfig, read_kubeconfig
 from shared.errors import Conflict
-from shared.kube import Kube
-from shared.naming import KUBECONFIG_KEY
-from shared.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, rfc3339, utcnow
-from shared.vcluster_api import UnusableKubeconfig, read_kubeconfig
+from shared.model.naming import KUBECONFIG_KEY
+from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, rfc3339, utcnow
+from shared.steps.certificates import client_certificate_expiry
 
 POLL_SECONDS = 2.0
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.errors import PermanentError
-from shared.naming import TenantNames
+from shared.model.naming import TenantNames
 
 GROUP = "kubeopera.io"
 VERSION = "v1alpha1"

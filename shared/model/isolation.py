@@ -5,7 +5,7 @@ A tenant controls its vCluster, and so whatever the vCluster's syncer
 (README, "Tenant isolation"). Two things bound it there, both from these settings:
 
 - **The chart's policies** (``helm_policies``), sent in every release's values
-  (``shared.values``): a ResourceQuota and a LimitRange for the namespace, and two egress
+  (``shared.model.values``): a ResourceQuota and a LimitRange for the namespace, and two egress
   NetworkPolicies (the tenant's workloads reach their own control plane, DNS, each other, and
   outside the cluster, not the private ranges of ``TENANT_EGRESS_EXCEPT``; the control plane
   reaches the host API server and DNS). Each number defaults to the vcluster 0.21.2 chart's own
@@ -49,8 +49,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared import quantity
 from shared.errors import ConfigError
+from shared.model import quantity
 
 # The vcluster 0.21.2 chart's defaults (values.yaml, policies:), as the strings the chart renders.
 RESOURCE_QUOTA: tuple[tuple[str, str], ...] = (
@@ -207,7 +207,7 @@ def _quantities(env: Mapping[str, str], name: str, defaults: Entries) -> Entries
 
 
 def _non_negative(value: str) -> bool:
-    """A Kubernetes quantity (``shared.quantity``, the API server's grammar) of at least zero."""
+    """A Kubernetes quantity (``shared.model.quantity``, the API server's grammar) of at least zero."""
     try:
         return quantity.parse(value) >= 0
     except ValueError:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import OwnershipConflict, TemporaryError
-from shared.naming import (
+from shared.model.naming import (
     LABEL_MANAGED_BY,
     LABEL_OWNER_NAME,
     LABEL_OWNER_NAMESPACE,
@@ -40,7 +40,7 @@ from shared.naming import (
     LABEL_TENANT_NAME,
     MANAGED_BY,
 )
-from shared.tenant import Tenant
+from shared.model.tenant import Tenant
 
 # How long a Tenant waits for another one's cleanup before asking again.
 WAIT_FOR_CLEANUP_SECONDS = 5

@@ -1,7 +1,7 @@
-"""Roles and RoleBindings as values, in the form ``shared.kube`` reads and writes them.
+"""Roles and RoleBindings as values, in the form ``shared.adapters.kube`` reads and writes them.
 
 install grants the other functions their access in a Tenant's namespace with these
-(``shared.access``). Equality compares only what RBAC acts on (rules, roleRef, subjects, and
+(``shared.steps.access``). Equality compares only what RBAC acts on (rules, roleRef, subjects, and
 which object it is), never labels or the resourceVersion read, so "is it as it should be" is
 ``found == wanted`` and ``has_labels(found.labels, wanted.labels)``. ``manifest()`` is the object
 as the API server takes it; ``of()`` reads one back from its JSON form.

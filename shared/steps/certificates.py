@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from shared.vcluster_api import UnusableKubeconfig, read_kubeconfig
+from shared.adapters.vcluster_api import UnusableKubeconfig, read_kubeconfig
 
 WARN_WITHIN = timedelta(days=30)  # the alert's window: time to re-issue before anyone is locked out
 

@@ -50,7 +50,7 @@ from prometheus_client import (
 )
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-REFUSAL_REASONS = ("no-token", "invalid", "audience", "expired", "subject")  # shared.senders.Refused
+REFUSAL_REASONS = ("no-token", "invalid", "audience", "expired", "subject")  # shared.delivery.senders.Refused
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 RECONCILE_TOTAL = Counter(
@@ -77,7 +77,7 @@ DELIVERIES = Counter(
 )
 REFUSED = Counter(
     "kubeopera_tenant_deliveries_refused_total",
-    "Requests refused before they were read because the sender is not the broker (shared.senders)",
+    "Requests refused before they were read because the sender is not the broker (shared.delivery.senders)",
     ["function", "reason"],
 )
 HELM_OPERATIONS = Counter(

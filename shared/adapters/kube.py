@@ -5,7 +5,7 @@ It speaks in this project's values (``Tenant``, ``StatusUpdate``, ``TenantEvent`
 become ``TemporaryError``; a 403 for a namespace being deleted is ``NamespaceTerminating``
 (temporary); other 401/403 become ``Forbidden``, a ``PermanentError`` (a missing RBAC rule does
 not heal by retrying; the message names the verb and resource; the callers that read where
-install grants access at run time make it temporary, ``shared.access``), and so do 400/422 (the
+install grants access at run time make it temporary, ``shared.steps.access``), and so do 400/422 (the
 object we sent is invalid); a write to a Tenant that is gone is ``TenantGone``. Writes are guarded by the
 resourceVersion that was read. Secret contents never appear in an error message or a log line.
 """
@@ -31,14 +31,13 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from shared import tracing
+from shared.adapters.release import SecretMeta
+from shared.delivery.senders import Review
 from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
-from shared.isolation import CHART_SELECTOR, PolicyObject
-from shared.naming import LABEL_OWNER_UID
-from shared.rbac import Role, RoleBinding
-from shared.release import SecretMeta
-from shared.senders import Review
-from shared.tenant import (
+from shared.model.isolation import CHART_SELECTOR, PolicyObject
+from shared.model.naming import LABEL_OWNER_UID
+from shared.model.rbac import Role, RoleBinding
+from shared.model.tenant import (
     API_VERSION,
     FINALIZER,
     GROUP,
@@ -51,6 +50,7 @@ from shared.tenant import (
     rfc3339,
     utcnow,
 )
+from shared.observability import tracing
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -96,7 +96,7 @@ class NamespaceInfo:
 
 @dataclass(frozen=True)
 class OwnedNamespace:
-    """A namespace that carries a Tenant's owner labels (``shared.ownership``)."""
+    """A namespace that carries a Tenant's owner labels (``shared.model.ownership``)."""
 
     name: str
     labels: Mapping[str, str]
@@ -163,7 +163,7 @@ def _classified(what: str, fn: Callable[[], T]) -> T:
             # Tenant is better Failed at once with the verb and resource named than re-delivered
             # until the broker gives up. The one 403 that heals is a read in a Tenant's vcluster-*
             # namespace, where install grants the other functions their access at run time
-            # (shared.access): a RoleBinding just made counts only once the API server's RBAC
+            # (shared.steps.access): a RoleBinding just made counts only once the API server's RBAC
             # cache has it, and a Tenant of an earlier version gets its bindings on its next
             # install delivery. Only those callers know that they read there, so they turn this
             # Forbidden into a TemporaryError themselves (access.granted_at_run_time).
@@ -449,7 +449,7 @@ class Kube:
                 lambda: self._coordination.delete_namespaced_lease(name, namespace, body=options),
             )
 
-    # The chart's namespace policies (shared.isolation) ----------------------------------------
+    # The chart's namespace policies (shared.model.isolation) ----------------------------------------
 
     def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]:
         """(namespace, object) of every ResourceQuota, LimitRange and NetworkPolicy the chart
@@ -506,7 +506,7 @@ class Kube:
             lambda: self._core.delete_persistent_volume(name, body=_precondition(resource_version)),
         )
 
-    # The host's Service range (shared.service_range) ----------------------------------------
+    # The host's Service range (shared.model.service_range) ----------------------------------------
 
     def service_cidrs(self) -> list[tuple[str, list[str]]] | None:
         """(name, cidrs) of each ServiceCIDR (networking.k8s.io/v1); None when the API server
@@ -519,7 +519,7 @@ class Kube:
             raise
         return [(str(i.metadata.name), [str(c) for c in (i.spec.cidrs or [])]) for i in result.items]
 
-    # Claims (shared.claims: one cloudSpaceID, one Tenant) ------------------------------------
+    # Claims (shared.steps.claims: one cloudSpaceID, one Tenant) ------------------------------------
 
     def create_claim(self, tenant: Tenant, name: str, labels: Mapping[str, str]) -> bool:
         """Create Lease ``name`` in the Tenant's namespace, held by the Tenant and owned by it (the
@@ -556,7 +556,7 @@ class Kube:
                 ),
             )
 
-    # RBAC in a Tenant's namespace (shared.access) ------------------------------------------
+    # RBAC in a Tenant's namespace (shared.steps.access) ------------------------------------------
 
     def get_role(self, namespace: str, name: str) -> Role | None:
         what = f"get role {namespace}/{name}"
@@ -662,7 +662,7 @@ class Kube:
 
     def list_secret_records(self, namespace: str, label_selector: str) -> list[SecretMeta]:
         """The name, type and labels of each Secret in ``namespace`` matching the selector (helm's
-        release record, ``shared.release``; the data is dropped unread); a 403 is ``Forbidden``."""
+        release record, ``shared.adapters.release``; the data is dropped unread); a 403 is ``Forbidden``."""
         result = _call(
             f"list secrets {namespace} {label_selector}",
             lambda: self._core.list_namespaced_secret(namespace, label_selector=label_selector),

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from shared import lifecycle, metrics
-from shared.kube import Kube
-from shared.tenant import (
+from shared.adapters.kube import Kube
+from shared.model import lifecycle
+from shared.model.tenant import (
     COND_READY,
     Condition,
     Phase,
@@ -26,6 +26,7 @@ from shared.tenant import (
     rfc3339,
     utcnow,
 )
+from shared.observability import metrics
 
 log = logging.getLogger(__name__)
 

@@ -20,21 +20,9 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from shared.errors import BadEvent
-from shared.tenant import KIND, TenantRef
+from shared.model.event_types import APISERVER_TYPES
+from shared.model.tenant import KIND, TenantRef
 
-APISERVER_ADD: Final = "dev.knative.apiserver.resource.add"
-APISERVER_UPDATE: Final = "dev.knative.apiserver.resource.update"
-APISERVER_DELETE: Final = "dev.knative.apiserver.resource.delete"
-PROVISIONING: Final = "io.kubeopera.tenant.provisioning"
-READY: Final = "io.kubeopera.tenant.ready"
-KUBECONFIG_STORED: Final = "io.kubeopera.tenant.kubeconfig.stored"
-# resync's re-drives of the two steps that otherwise only the ApiServerSource starts.
-INSTALL: Final = "io.kubeopera.tenant.install"
-CLEANUP: Final = "io.kubeopera.tenant.cleanup"
-# The PingSource's tick (its type is fixed by Knative); data is the PingSource's own.
-PING: Final = "dev.knative.sources.ping"
-
-APISERVER_TYPES: Final = frozenset({APISERVER_ADD, APISERVER_UPDATE, APISERVER_DELETE})
 SOURCE_PREFIX: Final = "/kubeopera/tenants/"
 
 _FORMAT = JSONFormat()

@@ -15,7 +15,7 @@ a Tenant deleted and made again under its name waits for the old one's cleanup.
 
 The Lease lasts ``LEASE_SECONDS`` and a thread renews it every ``RENEW_SECONDS`` while the work
 runs, however long helm takes (helm itself is stopped at ``HELM_DEADLINE_SECONDS``,
-``shared.helm``); a holder that died (a killed pod) stops counting ``LEASE_SECONDS`` after its last
+``shared.adapters.helm``); a holder that died (a killed pod) stops counting ``LEASE_SECONDS`` after its last
 renewal. Threads of one process queue on a thread lock first, so only deliveries on different
 processes are sent back.
 
@@ -38,9 +38,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from shared.adapters.kube import Kube
 from shared.errors import TenantError, WorkInHand
-from shared.kube import Kube
-from shared.naming import TenantNames
+from shared.model.naming import TenantNames
 
 log = logging.getLogger(__name__)
 

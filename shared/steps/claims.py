@@ -1,13 +1,13 @@
 """Ownership checks against the cluster: read whose an object is, and refuse what is not ours.
 
-The rules are pure (``shared.ownership``); this module does the reading they need: the labels of
+The rules are pure (``shared.model.ownership``); this module does the reading they need: the labels of
 the namespace and the kubeconfig Secret, the owner's Tenant when the labels name another one,
 and the Tenants that ask for the same ``tenantName`` or ``cloudSpaceID`` (by the CRD's
 selectable fields, so one small list each). Each check raises the error ``refusal`` chose:
 ``OwnershipConflict`` (the Tenant is Failed, nothing touched) or ``TemporaryError`` while the
 owner is being deleted. ``check_history`` reads helm's record of the Tenant's release and raises
 ``ReleaseTampered`` when a Secret there carries the release's labels but is not helm's
-(``shared.release``); the helm guard runs it too, before it judges the release's values.
+(``shared.adapters.release``); the helm guard runs it too, before it judges the release's values.
 
 ``claim_cloud_space`` makes "one cloudSpaceID, one vCluster" atomic. ``check_rivals`` compares
 creation times, which the API server keeps to the second, and breaks a tie by name: of two
@@ -27,10 +27,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared import access
+from shared.adapters.kube import Kube
+from shared.adapters.release import ReleaseRecords
 from shared.errors import TemporaryError
-from shared.kube import Kube
-from shared.ownership import (
+from shared.model.ownership import (
     Claim,
     OwnerState,
     Thing,
@@ -45,8 +45,8 @@ from shared.ownership import (
     rival_refusal,
     secret_labels,
 )
-from shared.release import ReleaseRecords
-from shared.tenant import Tenant
+from shared.model.tenant import Tenant
+from shared.steps import access
 
 log = logging.getLogger(__name__)
 
@@ -156,14 +156,14 @@ def namespace_claim(kube: Kube, tenant: Tenant) -> tuple[Verdict, Mapping[str, s
 
 def check_history(kube: Kube, tenant: Tenant) -> None:
     """Raise ``ReleaseTampered`` if helm's history of the Tenant's release holds a Secret that helm
-    did not write (one LIST of the release's Secrets; ``shared.release.history``)."""
+    did not write (one LIST of the release's Secrets; ``shared.adapters.release.history``)."""
     names = tenant.spec.names
     with access.granted_at_run_time(names.namespace):  # cleanup reads there through install's grant
         ReleaseRecords(kube).release(names.release, names.namespace)
 
 
 def release_guard(kube: Kube, tenant: Tenant) -> Callable[[Mapping[str, Any] | None], None]:
-    """A helm guard (``shared.helm.Guard``) that refuses a tampered history (``check_history``)
+    """A helm guard (``shared.adapters.helm.Guard``) that refuses a tampered history (``check_history``)
     and a release this Tenant does not own."""
 
     def guard(values: Mapping[str, Any] | None) -> None:

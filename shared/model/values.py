@@ -13,11 +13,11 @@ both forced by the real vcluster 0.21 chart (design.md section 5):
   so ``controlPlane.proxy.extraSANs`` adds the ``.svc`` and ``.svc.cluster.local`` names, and the
   host of ``VCLUSTER_EXTERNAL_SERVER`` when one is set.
 
-``ENVIRONMENT``, the tenant's names and its owner labels (``shared.ownership``: the Tenant
+``ENVIRONMENT``, the tenant's names and its owner labels (``shared.model.ownership``: the Tenant
 object's uid, namespace and name) become labels on the control plane StatefulSet; the owner
 labels in a release's values are how install and cleanup tell whose release it is.
 
-``serviceCIDR`` is the host's Service range (``shared.service_range``): without it vcluster 0.21.2
+``serviceCIDR`` is the host's Service range (``shared.model.service_range``): without it vcluster 0.21.2
 never boots on a host of Kubernetes 1.33 or later. It is left out only where no range is known
 (the callers that build values for comparison, never install).
 
@@ -25,7 +25,7 @@ never boots on a host of Kubernetes 1.33 or later. It is left out only where no 
 release keeps the distro it runs (``keep_distro``, applied by install through helm's ``keep``).
 
 ``policies`` turns on the chart's ResourceQuota, LimitRange and egress NetworkPolicies for the
-tenant's namespace, with the numbers of ``shared.isolation`` (settings; the chart's defaults unless
+tenant's namespace, with the numbers of ``shared.model.isolation`` (settings; the chart's defaults unless
 set): the vCluster docs' isolated mode. tests/unit/test_values_schema.py checks the whole against
 the real chart's schema; tests/integration/test_isolation_render.py that the stand-in chart renders
 from them what the real one does.
@@ -38,9 +38,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from shared.isolation import Isolation
-from shared.ownership import legacy_release_labels, owner_labels
-from shared.tenant import Tenant
+from shared.model.isolation import Isolation
+from shared.model.ownership import legacy_release_labels, owner_labels
+from shared.model.tenant import Tenant
 
 LABEL_ENVIRONMENT = "kubeopera.io/environment"
 CHART_DEFAULTS = Isolation()  # the chart's own numbers and Pod Security baseline

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from shared import events
 from shared.errors import CleanupStalled
-from shared.tenant import COND_READY, COND_RELEASE_INSTALLED, Phase, Tenant, parse_time
+from shared.model import event_types
+from shared.model.tenant import COND_READY, COND_RELEASE_INSTALLED, Phase, Tenant, parse_time
 
 # The reason of the Ready condition when cleanup gave up (CleanupStalled, or its dead letter).
 CLEANUP_FAILED: Final = CleanupStalled.reason
@@ -83,39 +83,43 @@ class Step:
 
 ROUTER = Step(
     "tenant-router",
-    takes=frozenset({events.APISERVER_ADD, events.APISERVER_UPDATE, events.APISERVER_DELETE}),
-    replies=frozenset({events.INSTALL, events.CLEANUP}),
+    takes=frozenset({event_types.APISERVER_ADD, event_types.APISERVER_UPDATE, event_types.APISERVER_DELETE}),
+    replies=frozenset({event_types.INSTALL, event_types.CLEANUP}),
     dead_letter=DeadLetter.NOTHING,
 )
 INSTALL = Step(
     "tenant-install",
-    takes=frozenset({events.INSTALL}),
-    replies=frozenset({events.PROVISIONING}),
-    redrive=events.INSTALL,
+    takes=frozenset({event_types.INSTALL}),
+    replies=frozenset({event_types.PROVISIONING}),
+    redrive=event_types.INSTALL,
 )
 CHECK_READY = Step(
     "tenant-check-ready",
-    takes=frozenset({events.PROVISIONING}),
-    replies=frozenset({events.READY, events.PROVISIONING}),  # a fresh poll event: events.renewal_due
+    takes=frozenset({event_types.PROVISIONING}),
+    replies=frozenset({event_types.READY, event_types.PROVISIONING}),  # a fresh poll event: events.renewal_due
     polls=True,
-    redrive=events.PROVISIONING,
+    redrive=event_types.PROVISIONING,
 )
 STORE_KUBECONFIG = Step(
     "tenant-store-kubeconfig",
-    takes=frozenset({events.READY}),
-    replies=frozenset({events.KUBECONFIG_STORED}),
-    redrive=events.READY,
+    takes=frozenset({event_types.READY}),
+    replies=frozenset({event_types.KUBECONFIG_STORED}),
+    redrive=event_types.READY,
 )
-NOTIFY_API = Step("tenant-notify-api", takes=frozenset({events.KUBECONFIG_STORED}), redrive=events.KUBECONFIG_STORED)
+NOTIFY_API = Step(
+    "tenant-notify-api",
+    takes=frozenset({event_types.KUBECONFIG_STORED}),
+    redrive=event_types.KUBECONFIG_STORED,
+)
 CLEANUP = Step(
     "tenant-cleanup",
-    takes=frozenset({events.CLEANUP}),
-    replies=frozenset({events.CLEANUP}),  # a fresh poll event: events.renewal_due
+    takes=frozenset({event_types.CLEANUP}),
+    replies=frozenset({event_types.CLEANUP}),  # a fresh poll event: events.renewal_due
     polls=True,
-    redrive=events.CLEANUP,
+    redrive=event_types.CLEANUP,
     dead_letter=DeadLetter.FAIL_CLEANUP,
 )
-RESYNC = Step("tenant-resync", takes=frozenset({events.PING}), dead_letter=DeadLetter.NOTHING)
+RESYNC = Step("tenant-resync", takes=frozenset({event_types.PING}), dead_letter=DeadLetter.NOTHING)
 
 # In the order a Tenant meets them. dead-letter is every Trigger's sink, not a step.
 STEPS: Final = (ROUTER, INSTALL, CHECK_READY, STORE_KUBECONFIG, NOTIFY_API, CLEANUP, RESYNC)
@@ -198,9 +202,9 @@ def next_step(tenant: Tenant) -> str | None:
     type of the step that has work (install's or cleanup's), or None. A cleanup already running
     (phase Deleting) polls on its own event; resync re-drives one that stalls."""
     if tenant.deleting:
-        return events.CLEANUP if wants_cleanup(tenant) and tenant.status.phase != Phase.DELETING else None
+        return event_types.CLEANUP if wants_cleanup(tenant) and tenant.status.phase != Phase.DELETING else None
     if wants_install(tenant) and not accepted_by_install(tenant):
-        return events.INSTALL
+        return event_types.INSTALL
     return None
 
 

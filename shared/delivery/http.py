@@ -16,7 +16,7 @@ nothing to do / done       204     ends the delivery (also: the Tenant vanished 
 anything unexpected        500     re-delivers (with the Trigger's backoff)
 =========================  ======  ==========================================================
 
-With a ``SenderCheck`` (``shared.senders``; on unless ``SENDER_IDENTITY=off``) a request is
+With a ``SenderCheck`` (``shared.delivery.senders``; on unless ``SENDER_IDENTITY=off``) a request is
 read only when its bearer token proves the broker sent it for this function's Trigger; a refusal
 is counted in ``kubeopera_tenant_deliveries_refused_total`` and makes no span and no reconcile.
 
@@ -24,7 +24,7 @@ Nothing escapes this mapping: an error while marking the Tenant Failed (a 403 on
 write, an unexpected exception) still gets a JSON answer (503 when marking may work later, 422
 otherwise, 500 for a bug), and every delivery is counted in the metrics, whatever happened.
 Each one ends with one ``answered`` log line: status, event type and id, seconds, and the
-seconds and operations spent in helm (``shared.timing``), so a slow delivery says where its
+seconds and operations spent in helm (``shared.observability.timing``), so a slow delivery says where its
 time went without tracing on.
 
 A ``Conflict`` (someone wrote the Tenant first) re-runs the step on fresh data up to three times
@@ -45,10 +45,11 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from shared import events, logs, metrics, timing, tracing
+from shared.delivery import events
+from shared.delivery.senders import Refused, SenderCheck
 from shared.errors import BadEvent, Conflict, PermanentError, TemporaryError, TenantGone, WorkInHand
-from shared.senders import Refused, SenderCheck
-from shared.tenant import TenantRef
+from shared.model.tenant import TenantRef
+from shared.observability import logs, metrics, timing, tracing
 
 log = logging.getLogger(__name__)
 

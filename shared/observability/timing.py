@@ -1,6 +1,6 @@
 """How long one delivery took, and how much of that was helm: the figures of its ``answered`` log line.
 
-``shared.http`` opens a :func:`delivery` clock around each request; ``shared.helm`` wraps each
+``shared.delivery.http`` opens a :func:`delivery` clock around each request; ``shared.adapters.helm`` wraps each
 operation in :func:`helm`, which adds the operation's wall time to the open clock. Nested
 operations (the chart pull inside an install) count once, by the outermost. Outside a delivery
 (resync's helm-free pass, a test calling a step directly) there is no clock and nothing is kept.

@@ -1,6 +1,6 @@
 """A helm release's state, and helm's own record of it read from the API without a helm process.
 
-``ReleaseState`` is the value both readers give. ``shared.helm`` gets it from the helm CLI (after
+``ReleaseState`` is the value both readers give. ``shared.adapters.helm`` gets it from the helm CLI (after
 an install, or as ``helm status``); ``ReleaseRecords`` gets it from the record helm's default
 storage driver keeps: one Secret per revision, type ``helm.sh/release.v1``, named
 ``sh.helm.release.v1.<release>.v<revision>``, labelled ``owner=helm``, ``name``, ``version`` (the
@@ -65,7 +65,7 @@ class ReleaseState:
 
 
 class Releases(Protocol):
-    """What reads a release's current state: ``shared.helm.Helm`` and ``ReleaseRecords``."""
+    """What reads a release's current state: ``shared.adapters.helm.Helm`` and ``ReleaseRecords``."""
 
     def release(self, name: str, namespace: str) -> ReleaseState | None: ...
 
@@ -80,7 +80,7 @@ class SecretMeta:
 
 
 class RecordSource(Protocol):
-    """The one call ``ReleaseRecords`` needs from the Kubernetes adapter (``shared.kube.Kube``)."""
+    """The one call ``ReleaseRecords`` needs from the Kubernetes adapter (``shared.adapters.kube.Kube``)."""
 
     def list_secret_records(self, namespace: str, label_selector: str) -> list[SecretMeta]: ...
 

@@ -4,7 +4,7 @@ A function answers most events with at most one reply, which the broker takes ba
 re-drives many Tenants from one tick, so it posts its events to its sink instead: ``K_SINK``,
 which Knative's SinkBinding sets to the Broker's address (``eventing/resync-sinkbinding.yaml``)
 and the local stack sets to its broker. Events go in binary mode, carrying the trace of the
-delivery that caused them (``shared.tracing``: the ``traceparent`` extension and header), inside
+delivery that caused them (``shared.observability.tracing``: the ``traceparent`` extension and header), inside
 a client span. A refused connection is retried briefly (tenacity); any answer other
 than 2xx is a ``TemporaryError``, so the tick is re-delivered and the pass runs again (every
 re-drive is idempotent).
@@ -22,8 +22,9 @@ import requests
 from cloudevents.core.base import BaseCloudEvent
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from shared import events, tracing
+from shared.delivery import events
 from shared.errors import TemporaryError
+from shared.observability import tracing
 
 
 class Sink:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import requests
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from shared import metrics, tracing
+from shared.observability import metrics, tracing
 
 log = logging.getLogger(__name__)
 
