@@ -9,7 +9,7 @@ one pytest process under ``tools/isolated`` (a private network namespace: Knativ
 dispatcher takes the fixed ports 8080 and 8443, so two stacks cannot share one), with its own
 ``--basetemp`` and no cache plugin, so groups never touch each other's files.
 
-Every module of ``tests/`` is in exactly one group (:func:`plan` checks it, and so does a unit
+Every module of ``tests/`` and ``testbed/tests/`` is in exactly one group (:func:`plan` checks it, and so does a unit
 test): a new module goes to the group of its folder unless :data:`GROUPS` names it.
 
 A group's output goes to its log file; when it ends, its closing lines are printed, and all of
@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
+# The test folders: the project's, and the test bed's own tests beside it.
+TEST_ROOTS = (ROOT / "tests", ROOT / "testbed" / "tests")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ GROUPS: tuple[Group, ...] = (
     Group("lint+types", command=("{python}", "-m", "testbed.suite", "--checks"), weight=10),
     Group("unit+deploy", paths=("tests/unit", "tests/deploy"), weight=110),
     Group("integration", paths=("tests/integration",), weight=160),
+    Group("testbed", paths=("testbed/tests",), weight=90),  # the test bed's own tests
     Group("e2e-lifecycle", paths=("tests/e2e/test_lifecycle.py",), weight=350),
     Group("e2e-faults", paths=("tests/e2e/test_faults.py",), weight=450),
     Group("e2e-pipeline", paths=("tests/e2e/test_pipeline.py", "tests/e2e/test_sender_identity.py"), weight=380),
@@ -99,15 +101,15 @@ _SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|
 _CLOSING = re.compile(r"^(=+ )?(\d+ \w+(, \d+ \w+)*|no tests ran) in [\d.]+s( \([\d:]+\))?( =+)?$")
 
 
-def modules(tests: Path = TESTS) -> list[str]:
+def modules(roots: Sequence[Path] = TEST_ROOTS, base: Path = ROOT) -> list[str]:
     """Every test module of the suite, relative to the clone."""
-    return sorted(str(p.relative_to(tests.parent)) for p in tests.rglob("test_*.py"))
+    return sorted(str(p.relative_to(base)) for root in roots for p in root.rglob("test_*.py"))
 
 
-def plan(groups: Sequence[Group], tests: Path = TESTS) -> dict[str, str]:
+def plan(groups: Sequence[Group], roots: Sequence[Path] = TEST_ROOTS, base: Path = ROOT) -> dict[str, str]:
     """Module -> its group; raises ``ValueError`` when a module is in no group or in two."""
     owner: dict[str, str] = {}
-    for module in modules(tests):
+    for module in modules(roots, base):
         claimed = [
             g.name for g in groups if any(module == p or module.startswith(p.rstrip("/") + "/") for p in g.paths)
         ]
@@ -117,10 +119,6 @@ def plan(groups: Sequence[Group], tests: Path = TESTS) -> dict[str, str]:
             )
         owner[module] = claimed[0]
     return owner
-
-
-def _within(module: str, path: str) -> bool:
-    return module == path or module.startswith(path.rstrip("/") + "/")
 
 
 def counts(output: str) -> dict[str, int]:

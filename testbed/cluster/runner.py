@@ -20,13 +20,11 @@ from typing import TextIO
 
 from shared.adapters.kube import Kube
 from shared.errors import TenantError
-from shared.model.tenant import Tenant
 from testbed.cluster.scaling import ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterOptions, ClusterStack, start_cluster
+from testbed.live import EXAMPLE, LiveView
 from testbed.processes import ProcessError, install_signal_handlers
 from testbed.project import export_kubeconfig, project_path
-
-EXAMPLE = ("deploy", "examples", "alice-default.yaml")
 
 
 @dataclass(frozen=True)
@@ -38,13 +36,10 @@ class ClusterRunOptions:
 
 @dataclass
 class _Shown:
-    started: float = field(default_factory=time.monotonic)
-    phases: dict[str, str] = field(default_factory=dict)
+    """The live view, and what only this tier shows: the functions' pods."""
+
+    view: LiveView
     pods: Mapping[str, int] = field(default_factory=dict)
-
-
-def _say(out: TextIO, shown: _Shown, text: str) -> None:
-    print(f"[{time.monotonic() - shown.started:6.1f}s] {text}", file=out, flush=True)
 
 
 def run_cluster(options: ClusterRunOptions, out: TextIO) -> int:
@@ -72,9 +67,9 @@ def run_cluster(options: ClusterRunOptions, out: TextIO) -> int:
 
 
 def _serve(cluster: ClusterStack, options: ClusterRunOptions, out: TextIO) -> None:
-    shown = _Shown()
+    shown = _Shown(LiveView(out))
     kubeconfig = export_kubeconfig(cluster.admin_kubeconfig, options.kubeconfig_out)
-    _say(out, shown, "ready: the node, Knative Serving with Traefik, Knative Eventing and the functions' Services")
+    shown.view.say("ready: the node, Knative Serving with Traefik, Knative Eventing and the functions' Services")
     print(
         f"\nUse kubectl against it:\n  export KUBECONFIG={kubeconfig}\n"
         f"  kubectl get kt,ksvc -n {NAMESPACE}\n  kubectl get pods -A\n"
@@ -87,28 +82,19 @@ def _serve(cluster: ClusterStack, options: ClusterRunOptions, out: TextIO) -> No
     try:
         if options.create_example:
             cluster.kubectl("apply", "-f", str(project_path(*EXAMPLE)))
-            _say(out, shown, "created Tenant kubeopera-system/alice-default")
+            shown.view.say("created Tenant kubeopera-system/alice-default")
         while True:
-            _poll(cluster, kube, shown, out)
+            _poll(cluster, kube, shown)
             time.sleep(1)
     finally:
         kube.close()
 
 
-def _poll(cluster: ClusterStack, kube: Kube, shown: _Shown, out: TextIO) -> None:
+def _poll(cluster: ClusterStack, kube: Kube, shown: _Shown) -> None:
     with contextlib.suppress(ProcessError, ValueError):  # a failed sample is shown at the next one
         pods = ready_pods(cluster.node, NAMESPACE, cluster.functions)
         if pods != shown.pods:
             running = ", ".join(f"{s.removeprefix('tenant-')} {n}" for s, n in pods.items() if n) or "none"
-            _say(out, shown, f"pods running per function: {running}")
+            shown.view.say(f"pods running per function: {running}")
             shown.pods = pods
-    for obj in kube.list_tenant_objects(NAMESPACE):
-        try:
-            tenant = Tenant.from_object(obj)
-        except TenantError:
-            continue
-        phase = tenant.status.phase.value if tenant.status.phase else "Pending"
-        if shown.phases.get(tenant.name) != phase:
-            shown.phases[tenant.name] = phase
-            message = f": {tenant.status.message}" if tenant.status.message else ""
-            _say(out, shown, f"{tenant.name}: phase {phase}{message}")
+    shown.view.tenants(kube, NAMESPACE)

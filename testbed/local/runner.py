@@ -31,13 +31,13 @@ from shared.errors import TenantError
 from shared.model.tenant import Phase, Tenant
 from testbed.jaeger import Jaeger, TraceSpan, start_jaeger
 from testbed.knative.broker_watch import Delivery
+from testbed.live import EXAMPLE, LiveView
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.waterfall import render
 from testbed.processes import Supervisor
 from testbed.project import export_kubeconfig
 from testbed.toolchain import ensure_all
 
-EXAMPLE = ("deploy", "examples", "alice-default.yaml")
 NEW_TENANT_HINT = """\
 Create more Tenants (tenantName: 3-32 lowercase letters, digits, '-'):
   kubectl apply -f - <<'EOF'
@@ -64,17 +64,11 @@ class LocalOptions:
 
 @dataclass
 class _Watch:
-    """What has been shown already, so each change is printed once."""
+    """The live view, and what only this tier shows once: the broker's deliveries, Ready announced."""
 
-    started: float = field(default_factory=time.monotonic)
-    phases: dict[str, str] = field(default_factory=dict)
-    created: dict[str, float] = field(default_factory=dict)
+    view: LiveView
     deliveries_seen: int = 0
     announced: set[str] = field(default_factory=set)
-
-
-def _say(out: TextIO, watch: _Watch, text: str) -> None:
-    print(f"[{time.monotonic() - watch.started:6.1f}s] {text}", file=out, flush=True)
 
 
 def run(options: LocalOptions, out: TextIO = sys.stdout) -> int:
@@ -136,11 +130,9 @@ def tenant_trace(jaeger: Jaeger, tenant_key: str) -> tuple[str, list[TraceSpan]]
 
 
 def _serve(stack: Stack, options: LocalOptions, out: TextIO, jaeger: Jaeger | None = None) -> None:
-    watch = _Watch()
+    watch = _Watch(LiveView(out))
     kubeconfig = export_kubeconfig(stack.admin_kubeconfig, options.kubeconfig_out)
-    _say(
-        out,
-        watch,
+    watch.view.say(
         "ready: control plane, registry, Knative Eventing and its broker, the functions and the "
         "ApiServerSource adapter are up",
     )
@@ -156,7 +148,7 @@ def _serve(stack: Stack, options: LocalOptions, out: TextIO, jaeger: Jaeger | No
     try:
         if options.create_example:
             stack.kubectl("apply", "-f", str(project_path(*EXAMPLE)))
-            _say(out, watch, "created Tenant kubeopera-system/alice-default")
+            watch.view.say("created Tenant kubeopera-system/alice-default")
         print(NEW_TENANT_HINT + "\nCtrl-C stops everything.\n", file=out, flush=True)
         while True:
             _poll(stack, kube, watch, out, jaeger)
@@ -168,22 +160,12 @@ def _serve(stack: Stack, options: LocalOptions, out: TextIO, jaeger: Jaeger | No
 def _poll(stack: Stack, kube: Kube, watch: _Watch, out: TextIO, jaeger: Jaeger | None) -> None:
     deliveries = stack.watch.deliveries()
     for delivery in deliveries[watch.deliveries_seen :]:
-        _say(out, watch, describe(delivery))
+        watch.view.say(describe(delivery))
     watch.deliveries_seen = len(deliveries)
-    for obj in kube.list_tenant_objects(TENANT_NAMESPACE):
-        try:
-            tenant = Tenant.from_object(obj)
-        except TenantError:
-            continue
-        phase = tenant.status.phase.value if tenant.status.phase else "Pending"
-        watch.created.setdefault(tenant.name, time.monotonic())
-        if watch.phases.get(tenant.name) != phase:
-            watch.phases[tenant.name] = phase
-            message = f": {tenant.status.message}" if tenant.status.message else ""
-            _say(out, watch, f"{tenant.name}: phase {phase}{message}")
+    for tenant in watch.view.tenants(kube, TENANT_NAMESPACE):
         if tenant.status.phase == Phase.READY and tenant.name not in watch.announced:
             watch.announced.add(tenant.name)
-            _announce(stack, tenant, time.monotonic() - watch.created[tenant.name], out)
+            _announce(stack, tenant, watch.view.since_first_seen(tenant), out)
             if jaeger is not None:
                 _show_trace(jaeger, tenant, out)
 

@@ -58,6 +58,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from shared.adapters.kube import Kube
+from testbed.live import LiveView
 from testbed.local import runner
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.standins.service_proxy import ServiceProxy
@@ -274,7 +275,7 @@ class Observer:
         self.events: dict[tuple[str, str], str] = {}  # (uid, resourceVersion) -> the Event's JSON
         self.phases: list[str] = []  # NAME's phases in the order seen, repeats folded
         self.live_view = io.StringIO()
-        self._view = runner._Watch()
+        self._view = runner._Watch(LiveView(self.live_view))
         self.errors: list[str] = []
         self.started = time.monotonic()
         self._stop = threading.Event()

@@ -20,6 +20,7 @@ def test_every_module_of_the_suite_is_in_exactly_one_group() -> None:
     assert len(owner) > 50, "the plan saw the suite's modules"
     assert owner["tests/e2e/test_lifecycle.py"] == "e2e-lifecycle"
     assert owner["tests/cluster/test_scaling.py"] == "cluster"
+    assert owner["testbed/tests/test_suite_plan.py"] == "testbed"
     assert {g.name for g in suite.GROUPS} == set(owner.values()) | {"lint+types"}
 
 
@@ -27,10 +28,10 @@ def test_a_module_in_no_group_or_in_two_is_refused(tmp_path: Path) -> None:
     (tmp_path / "tests" / "e2e").mkdir(parents=True)
     (tmp_path / "tests" / "e2e" / "test_new.py").write_text("")
     with pytest.raises(ValueError, match=r"tests/e2e/test_new.py is in 0 groups \(none\)"):
-        suite.plan([suite.Group("unit", paths=("tests/unit",))], tmp_path / "tests")
+        suite.plan([suite.Group("unit", paths=("tests/unit",))], (tmp_path / "tests",), tmp_path)
     twice = [suite.Group("a", paths=("tests/e2e",)), suite.Group("b", paths=("tests/e2e/test_new.py",))]
     with pytest.raises(ValueError, match=r"is in 2 groups \(a, b\)"):
-        suite.plan(twice, tmp_path / "tests")
+        suite.plan(twice, (tmp_path / "tests",), tmp_path)
 
 
 def test_counts_come_from_the_closing_line_only() -> None:

@@ -1,5 +1,6 @@
-"""Shared pytest fixtures: the test bed (real kube-apiserver + etcd, OCI registry with the stand-in
-vcluster chart, the kubeopera-api stand-in) and the checks that keep it honest.
+"""The test bed as a pytest plugin, loaded by the clone's ``conftest.py`` for ``tests/`` and
+``testbed/tests/``: fixtures for its parts (real kube-apiserver + etcd, OCI registry with the
+stand-in vcluster chart, the kubeopera-api stand-in) and the checks that keep it honest.
 
 - ``toolchain`` (session): the built binaries (built on first use; a warm run builds nothing).
 - ``testbed_supervisor`` (session): owns every long-running test bed process; its run folder
