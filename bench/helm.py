@@ -26,10 +26,10 @@ from pathlib import Path
 
 import requests
 
-from shared.adapters.kube import Kube
 from shared.delivery import events
 from shared.model import event_types
 from shared.model.tenant import Tenant
+from testbed.admin_kube import AdminKube
 from testbed.local.stack import Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
@@ -82,7 +82,7 @@ def bench(stack: Stack, runs: int) -> list[tuple[str, list[float]]]:
     def raw_status() -> None:
         run([*helm, "status", local_releases[0], "-n", "bench-raw", "-o", "json"], env=env)
 
-    kube = Kube.connect(stack.admin_kubeconfig)
+    kube = AdminKube.connect(stack.admin_kubeconfig)
 
     install_sender = stack.delivery_authorization("tenant-install")  # as the broker's filter sends it
 

@@ -36,13 +36,13 @@ from datetime import datetime
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.kube import Kube, Rollout
 from shared.adapters.release import DEPLOYED, FAILED, ReleaseRecords, Releases
 from shared.adapters.vcluster_api import VClusterProbe
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
 from shared.model import event_types, lifecycle
+from shared.model.cluster import Rollout
 from shared.model.naming import VCLUSTER_CONFIG_KEY, TenantNames
 from shared.model.tenant import (
     COND_READY,
@@ -56,7 +56,7 @@ from shared.model.tenant import (
     utcnow,
 )
 from shared.observability import metrics
-from shared.runtime import Runtime
+from shared.runtime import Cluster, Runtime
 from shared.settings import Settings
 from shared.steps import access
 from shared.steps.reconcile import live_tenant, write_status
@@ -111,7 +111,7 @@ def waiting_for(
 
 
 def _waiting_for(
-    kube: Kube, vcluster: VClusterProbe, names: TenantNames, release_status: str
+    kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str
 ) -> tuple[str | None, str | None]:
     """What the vCluster waits for, and whether that is its API through the kubeconfig (the
     second item: what is missing there, else None)."""
@@ -126,7 +126,7 @@ def _waiting_for(
     return waiting_for(release_status, rollout, config is not None, names, api_missing), api_missing
 
 
-def _tell_polling(kube: Kube, tenant: Tenant, api_missing: str | None, now: datetime, poll_seconds: int) -> None:
+def _tell_polling(kube: Cluster, tenant: Tenant, api_missing: str | None, now: datetime, poll_seconds: int) -> None:
     """One status write at most, while the vCluster is not ready: what its API lacks, once per
     change (the message and the ``Ready`` condition's reason ``VClusterNotServing``), and the
     poll's heartbeat ``lastPolledAt`` when due (``lifecycle.heartbeat_due``: resync then knows
@@ -143,7 +143,7 @@ def _tell_polling(kube: Kube, tenant: Tenant, api_missing: str | None, now: date
 
 
 def handle(
-    kube: Kube,
+    kube: Cluster,
     releases: Releases,
     settings: Settings,
     event: BaseCloudEvent,

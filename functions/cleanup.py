@@ -45,17 +45,16 @@ phase is patched to Pending (``kubeopera-tenants retry``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.kube import Kube, NamespaceInfo
-from shared.adapters.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
+from shared.adapters.kubeopera_api import CloudSpaceUpdate
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import BadEvent, CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
 from shared.model import event_types, lifecycle
+from shared.model.cluster import NamespaceInfo
 from shared.model.naming import LABEL_OWNER_UID, LABEL_TENANT_ID, TenantNames, tenant_name_in
 from shared.model.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
 from shared.model.tenant import (
@@ -69,14 +68,11 @@ from shared.model.tenant import (
     utcnow,
 )
 from shared.observability import metrics
-from shared.runtime import Runtime
+from shared.runtime import Callbacks, Cluster, HelmRuns, Runtime
 from shared.settings import Settings
 from shared.steps import claims
 from shared.steps.locks import work_lock
 from shared.steps.reconcile import mark_failed, write_status
-
-if TYPE_CHECKING:
-    from shared.adapters.helm import Helm
 
 NAME = "cleanup"
 CLEANUP_FAILED = lifecycle.CLEANUP_FAILED
@@ -88,7 +84,7 @@ def owned(verdict: Verdict) -> bool:
 
 
 def handle(
-    kube: Kube, helm: Helm, api: KubeoperaApi, settings: Settings, event: BaseCloudEvent, ref: TenantRef
+    kube: Cluster, helm: HelmRuns, api: Callbacks, settings: Settings, event: BaseCloudEvent, ref: TenantRef
 ) -> BaseCloudEvent | None:
     data = event.get_data()
     orphan = data.get("orphan") if isinstance(data, dict) else None
@@ -106,7 +102,7 @@ def handle(
         return None if tenant is None else _clean(kube, helm, api, settings, event, tenant)
 
 
-def _to_clean(kube: Kube, ref: TenantRef) -> Tenant | None:
+def _to_clean(kube: Cluster, ref: TenantRef) -> Tenant | None:
     """The Tenant of ``ref`` when it has cleanup's work: being deleted, finalizer on, not given up."""
     tenant = kube.get_tenant(ref.namespace, ref.name)
     if tenant is None or tenant.uid != ref.uid or not tenant.deleting or not tenant.has_finalizer:
@@ -119,7 +115,7 @@ def _to_clean(kube: Kube, ref: TenantRef) -> Tenant | None:
 
 
 def _clean(
-    kube: Kube, helm: Helm, api: KubeoperaApi, settings: Settings, event: BaseCloudEvent, tenant: Tenant
+    kube: Cluster, helm: HelmRuns, api: Callbacks, settings: Settings, event: BaseCloudEvent, tenant: Tenant
 ) -> BaseCloudEvent | None:
     if tenant.status.phase != Phase.DELETING:
         tenant = write_status(
@@ -170,7 +166,7 @@ def _clean(
     return None
 
 
-def _remove_orphan(kube: Kube, settings: Settings, ref: TenantRef, namespace: object) -> None:
+def _remove_orphan(kube: Cluster, settings: Settings, ref: TenantRef, namespace: object) -> None:
     """resync's ``orphan``: namespace ``vcluster-<t>`` and the stored kubeconfig of a Tenant
     (``ref``) that no longer exists. Under the namespace's work lock, everything is checked again:
     the Tenant is gone (none at its name, or one of another uid), the namespace still carries its
@@ -207,7 +203,7 @@ def _left_by(found: NamespaceInfo | None, ref: TenantRef) -> bool:
     return found is not None and not found.terminating and found.labels.get(LABEL_OWNER_UID) == ref.uid
 
 
-def _wait(kube: Kube, settings: Settings, tenant: Tenant, event: BaseCloudEvent, message: str) -> BaseCloudEvent:
+def _wait(kube: Cluster, settings: Settings, tenant: Tenant, event: BaseCloudEvent, message: str) -> BaseCloudEvent:
     """The deletion is under way: write what it waits for when that changed (progress); give up
     when it has not changed for ``CLEANUP_STALL_SECONDS``; renew an event polled long enough;
     otherwise poll again after ``CLEANUP_POLL_SECONDS``."""
@@ -230,7 +226,7 @@ def _wait(kube: Kube, settings: Settings, tenant: Tenant, event: BaseCloudEvent,
     raise NotReadyYet(message, retry_after=settings.cleanup_poll_seconds)
 
 
-def _retained_volumes(kube: Kube, settings: Settings, tenant: Tenant) -> None:
+def _retained_volumes(kube: Cluster, settings: Settings, tenant: Tenant) -> None:
     """The namespace is gone; its claims' volumes with reclaim policy Retain are not (the chart's
     StatefulSet retains its claims, and a Retain storage class keeps the volumes): report each,
     or delete it when ``DELETE_RETAINED_VOLUMES`` says so. A volume of reclaim policy Delete is
@@ -253,7 +249,7 @@ def _retained_volumes(kube: Kube, settings: Settings, tenant: Tenant) -> None:
         kube.record_event(tenant, TenantEvent("Warning", "VolumeRetained", message))
 
 
-def _uninstall(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> None:
+def _uninstall(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> None:
     """``helm uninstall`` of the Tenant's release, unless helm's history of it was tampered with (a
     Secret with the release's labels that helm did not write, ``claims.check_history``): then helm
     is not asked what to delete, since a forged record could name anything. That is logged and
@@ -273,14 +269,14 @@ def _uninstall(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> No
         kube.record_event(tenant, TenantEvent("Warning", ReleaseTampered.reason, message))
 
 
-def _left_alone(kube: Kube, tenant: Tenant, thing: str, verdict: Verdict) -> None:
+def _left_alone(kube: Cluster, tenant: Tenant, thing: str, verdict: Verdict) -> None:
     whose = f"Tenant {verdict.owner.key}" if verdict.owner is not None else "nobody this Tenant knows of"
     message = f"left {thing} alone: it belongs to {whose}, not to this Tenant"
     log.warning(message)
     kube.record_event(tenant, TenantEvent("Warning", "CleanupSkipped", message))
 
 
-def _tell_kubeopera_api(kube: Kube, api: KubeoperaApi, tenant: Tenant) -> None:
+def _tell_kubeopera_api(kube: Cluster, api: Callbacks, tenant: Tenant) -> None:
     names = tenant.spec.names
     sharing = kube.list_tenants(tenant.namespace, f"spec.cloudSpaceID={names.cloud_space_id}")
     if any(other.uid != tenant.uid for other in sharing):

@@ -31,11 +31,10 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.kube import Kube
 from shared.delivery.http import IN_HAND, Step, function_app
 from shared.model import lifecycle
 from shared.model.tenant import Phase, Tenant, TenantRef, parse_time
-from shared.runtime import Runtime
+from shared.runtime import Cluster, Runtime
 from shared.steps.reconcile import fail, live_tenant
 
 NAME = "dead-letter"
@@ -103,7 +102,7 @@ def failure_recorded_since(tenant: Tenant, event: BaseCloudEvent) -> bool:
     return failed is not None and sent is not None and sent < failed
 
 
-def handle(kube: Kube, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
+def handle(kube: Cluster, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     step = failed_step(event)
     reason = failure_reason(event, step)
     dest = str(event.get_extension("knativeerrordest") or "")

@@ -49,8 +49,9 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.helm import Helm
-from shared.adapters.kube import Kube
+# helm's client (pyhelm3) loads with this module, when a worker starts, not at the first delivery
+# (bench/coldstart.py); the types install uses are the runtime's protocols.
+import shared.adapters.helm  # noqa: F401
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import NamespaceTerminating, PermanentError, TenantError
@@ -69,7 +70,7 @@ from shared.model.tenant import (
     utcnow,
 )
 from shared.model.values import keep_distro, vcluster_values
-from shared.runtime import Runtime
+from shared.runtime import Cluster, HelmRuns, Runtime
 from shared.settings import Settings
 from shared.steps import access, claims
 from shared.steps.locks import installing, work_lock
@@ -79,7 +80,7 @@ NAME = "install"
 log = logging.getLogger(__name__)
 
 
-def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
+def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None
@@ -95,7 +96,7 @@ def handle(kube: Kube, helm: Helm, settings: Settings, ref: TenantRef) -> BaseCl
         return _provision(kube, helm, settings, tenant)
 
 
-def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> BaseCloudEvent | None:
+def _provision(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> BaseCloudEvent | None:
     tenant = first_sight(kube, tenant)
     if not tenant.has_finalizer:
         tenant = kube.set_finalizer(tenant, present=True)
@@ -113,7 +114,7 @@ def _provision(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Ba
         return _install(kube, helm, settings, tenant)
 
 
-def _install(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> BaseCloudEvent:
+def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> BaseCloudEvent:
     """Steps 3 to 7, under the Tenant namespace's work lock."""
     claims.check_rivals(kube, tenant)
     claims.claim_cloud_space(kube, tenant)
@@ -185,7 +186,7 @@ def _install(kube: Kube, helm: Helm, settings: Settings, tenant: Tenant) -> Base
     return events.make(event_types.PROVISIONING, NAME, tenant.ref)
 
 
-def _grant_if_ours(kube: Kube, tenant: Tenant, settings: Settings) -> None:
+def _grant_if_ours(kube: Cluster, tenant: Tenant, settings: Settings) -> None:
     """The grants of step 4 on a delivery that otherwise leaves the Tenant alone. A temporary
     error is raised (the broker re-delivers, and a repeat only reads); a namespace being deleted
     needs nothing; a refusal is logged and the Tenant left as it is."""

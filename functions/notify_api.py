@@ -16,8 +16,7 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.kube import Kube
-from shared.adapters.kubeopera_api import CloudSpaceUpdate, KubeoperaApi
+from shared.adapters.kubeopera_api import CloudSpaceUpdate
 from shared.delivery.http import Step, function_app
 from shared.model import lifecycle
 from shared.model.tenant import (
@@ -31,14 +30,14 @@ from shared.model.tenant import (
     rfc3339,
     utcnow,
 )
-from shared.runtime import Runtime
+from shared.runtime import Callbacks, Cluster, Runtime
 from shared.steps.reconcile import live_tenant, write_status
 
 NAME = "notify-api"
 log = logging.getLogger(__name__)
 
 
-def handle(kube: Kube, api: KubeoperaApi, ref: TenantRef) -> BaseCloudEvent | None:
+def handle(kube: Cluster, api: Callbacks, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None

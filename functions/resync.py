@@ -59,10 +59,8 @@ from datetime import datetime, timedelta
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.kube import Kube
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
-from shared.delivery.sink import Sink
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
 from shared.model import event_types, lifecycle
 from shared.model.isolation import PolicyObject, policy_objects
@@ -70,7 +68,7 @@ from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name
 from shared.model.ownership import orphaned_by
 from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
 from shared.observability import logs, metrics
-from shared.runtime import Runtime
+from shared.runtime import Cluster, EventSender, Runtime
 from shared.settings import Settings
 from shared.steps import certificates
 from shared.steps.reconcile import first_sight, mark_failed, write_status
@@ -159,7 +157,7 @@ def observed(tenant: Tenant) -> bool:
     return tenant.ready_at_generation() and tenant.has_finalizer and not tenant.deleting
 
 
-def observe_all(kube: Kube, settings: Settings, tenants: Sequence[Tenant]) -> dict[str, Drift]:
+def observe_all(kube: Cluster, settings: Settings, tenants: Sequence[Tenant]) -> dict[str, Drift]:
     """``observe`` of each Tenant that is ``observed``, ``OBSERVERS`` at a time, by key. Each read
     runs in a copy of this context, so its span is a child of the tick's. A Tenant whose reads
     fail is left out (logged; the next pass looks again): one odd Tenant never stops the pass."""
@@ -176,7 +174,7 @@ def observe_all(kube: Kube, settings: Settings, tenants: Sequence[Tenant]) -> di
 
 
 def _observe_or_none(
-    kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]
+    kube: Cluster, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]
 ) -> Drift | None:
     try:
         return observe(kube, settings, tenant, policies)
@@ -186,7 +184,7 @@ def _observe_or_none(
         return None
 
 
-def observe(kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]) -> Drift:
+def observe(kube: Cluster, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]) -> Drift:
     """The Tenant's vCluster as it is: three reads, and ``policies`` (every namespace's, listed
     once a pass) for what the chart rendered in its namespace."""
     names = tenant.spec.names
@@ -204,7 +202,7 @@ def observe(kube: Kube, settings: Settings, tenant: Tenant, policies: set[tuple[
     return Drift(release_present=present, kubeconfig_current=current, policies_missing=missing, expires=expires)
 
 
-def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = None) -> dict[str, int]:
+def resync(kube: Cluster, sink: EventSender, settings: Settings, now: datetime | None = None) -> dict[str, int]:
     """One pass; returns how many Tenants got each re-drive (for the log and the tests)."""
     moment = now or utcnow()
     counts: dict[str, int] = {}
@@ -238,7 +236,9 @@ def resync(kube: Kube, sink: Sink, settings: Settings, now: datetime | None = No
     return counts
 
 
-def orphans(kube: Kube, sink: Sink, settings: Settings, tenants: Sequence[Tenant], now: datetime) -> dict[str, int]:
+def orphans(
+    kube: Cluster, sink: EventSender, settings: Settings, tenants: Sequence[Tenant], now: datetime
+) -> dict[str, int]:
     """The vcluster-* namespaces whose owner Tenant no longer exists (``ownership.orphaned_by``:
     deleted without its cleanup, its finalizer removed by hand): each older than
     ``ORPHAN_GRACE_SECONDS`` is sent to cleanup (``io.kubeopera.tenant.cleanup`` for the gone
@@ -286,7 +286,7 @@ def count_expiring(expiries: list[datetime], now: datetime) -> None:
 
 
 def _redrive(
-    kube: Kube, settings: Settings, tenant: Tenant, action: Redrive, now: datetime, drift: Drift | None
+    kube: Cluster, settings: Settings, tenant: Tenant, action: Redrive, now: datetime, drift: Drift | None
 ) -> tuple[BaseCloudEvent, ...]:
     """The writes a re-drive makes (raising the Tenant's own errors), and the events to send after."""
     names = tenant.spec.names

@@ -21,7 +21,6 @@ import logging
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.kube import Kube
 from shared.adapters.vcluster_api import UnusableKubeconfig, with_server
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
@@ -30,7 +29,7 @@ from shared.model import event_types, lifecycle
 from shared.model.naming import KUBECONFIG_EXTERNAL_KEY, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.model.ownership import judge, legacy_secret_labels, secret_labels
 from shared.model.tenant import Phase, TenantRef
-from shared.runtime import Runtime
+from shared.runtime import Cluster, Runtime
 from shared.settings import Settings
 from shared.steps import access, claims
 from shared.steps.reconcile import live_tenant
@@ -39,7 +38,7 @@ NAME = "store-kubeconfig"
 log = logging.getLogger(__name__)
 
 
-def handle(kube: Kube, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
+def handle(kube: Cluster, settings: Settings, ref: TenantRef) -> BaseCloudEvent | None:
     tenant = live_tenant(kube, ref)
     if tenant is None:
         return None

@@ -22,22 +22,86 @@ once, in ``create_app``, and its threads share the clients.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.adapters.kube import Kube
-from shared.adapters.kubeopera_api import KubeoperaApi
+from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate, KubeoperaApi
+from shared.adapters.release import Releases, ReleaseState
 from shared.adapters.vcluster_api import VClusterApi, VClusterProbe
-from shared.delivery.senders import SenderCheck, SenderPolicy
+from shared.delivery.senders import Review, SenderCheck, SenderPolicy
 from shared.delivery.sink import Sink
 from shared.errors import PermanentError, TemporaryError
-from shared.model.tenant import TenantRef
+from shared.model.cluster import OwnedNamespace, Rollout, Volume
+from shared.model.isolation import PolicyObject
+from shared.model.tenant import Tenant, TenantRef
 from shared.observability import logs, tracing
 from shared.settings import Settings
-from shared.steps.reconcile import mark_failed
+from shared.steps.access import AccessApi
+from shared.steps.claims import ClaimSource
+from shared.steps.locks import Leases
+from shared.steps.reconcile import TenantStore, mark_failed
+from shared.steps.rotation import RotationKube
 
 if TYPE_CHECKING:  # imported by helm_client: a function that never asks for helm never loads pyhelm3
-    from shared.adapters.helm import Helm
+    from cloudevents.core.base import BaseCloudEvent
+
+    from shared.adapters.helm import Guard, Keep
+
+
+class Cluster(AccessApi, ClaimSource, Leases, RotationKube, TenantStore, Protocol):
+    """Every call a function makes through the Kubernetes adapter (``shared.adapters.kube.Kube``):
+    what the steps' building blocks need (their own protocols), and the functions' own calls. The
+    unit tests' ``FakeKube`` is checked against it (mypy over ``tests/unit/fakes.py``)."""
+
+    def set_finalizer(self, tenant: Tenant, present: bool) -> Tenant: ...
+    def list_owned_namespaces(self) -> list[OwnedNamespace]: ...
+    def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool: ...
+    def delete_namespace(self, name: str) -> None: ...
+    def get_rollout(self, namespace: str, name: str) -> Rollout | None: ...
+    def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]: ...
+    def volumes_claimed_in(self, namespace: str) -> list[Volume]: ...
+    def delete_volume(self, name: str, resource_version: str) -> None: ...
+    def service_cidrs(self) -> list[tuple[str, list[str]]] | None: ...
+    def write_secret(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, bytes],
+        labels: Mapping[str, str],
+        resource_version: str | None,
+    ) -> None: ...
+    def review_token(self, token: str, audience: str) -> Review: ...
+
+
+class HelmRuns(Releases, Protocol):
+    """What install and cleanup ask of helm (``shared.adapters.helm.Helm``)."""
+
+    def chart(self) -> Any: ...
+    def install_or_upgrade(
+        self,
+        name: str,
+        namespace: str,
+        values: Mapping[str, Any],
+        guard: Guard = None,
+        *,
+        reapply: Callable[[], bool] | None = None,
+        keep: Keep = None,
+    ) -> ReleaseState: ...
+    def uninstall(self, name: str, namespace: str, guard: Guard = None) -> bool: ...
+
+
+class Callbacks(Protocol):
+    """What notify-api and cleanup ask of kubeopera-api (``shared.adapters.kubeopera_api.KubeoperaApi``)."""
+
+    def report(self, update: CloudSpaceUpdate) -> CallbackResult: ...
+
+
+class EventSender(Protocol):
+    """What resync asks of the broker's client (``shared.delivery.sink.Sink``)."""
+
+    def send(self, event: BaseCloudEvent) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +111,10 @@ class Runtime:
     """A function's settings and clients; ``helm``, ``kubeopera_api`` and ``sink`` when given."""
 
     settings: Settings
-    kube: Kube
-    helm: Helm | None = None
-    kubeopera_api: KubeoperaApi | None = None
-    sink: Sink | None = None
+    kube: Cluster
+    helm: HelmRuns | None = None
+    kubeopera_api: Callbacks | None = None
+    sink: EventSender | None = None
     vcluster_api: VClusterProbe | None = None
 
     @classmethod
@@ -66,7 +130,7 @@ class Runtime:
         tracing.configure(function)
         return cls(settings=settings, kube=Kube.connect(component=f"tenant-{function}"))
 
-    def helm_client(self) -> Helm:
+    def helm_client(self) -> HelmRuns:
         if self.helm is not None:
             return self.helm
         from shared.adapters.helm import Helm
@@ -80,7 +144,7 @@ class Runtime:
             deadline=self.settings.helm_deadline_seconds,
         )
 
-    def kubeopera_api_client(self) -> KubeoperaApi:
+    def kubeopera_api_client(self) -> Callbacks:
         if self.kubeopera_api is not None:
             return self.kubeopera_api
         return KubeoperaApi(
@@ -93,7 +157,7 @@ class Runtime:
         """How check-ready asks a vCluster's API through the kubeconfig it is about to store."""
         return self.vcluster_api if self.vcluster_api is not None else VClusterApi()
 
-    def sink_client(self) -> Sink:
+    def sink_client(self) -> EventSender:
         if self.sink is not None:
             return self.sink
         if not self.settings.sink_url:

@@ -21,10 +21,9 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
@@ -34,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from shared.adapters.release import SecretMeta
 from shared.delivery.senders import Review
 from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError, TenantGone
+from shared.model.cluster import LeaseHold, Marker, NamespaceInfo, OwnedNamespace, Rollout, StoredSecret, Volume
 from shared.model.isolation import CHART_SELECTOR, PolicyObject
 from shared.model.naming import LABEL_OWNER_UID
 from shared.model.rbac import Role, RoleBinding
@@ -56,25 +56,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Marker:
-    """A claim object's labels, and the version read (to delete exactly it)."""
-
-    labels: Mapping[str, str]
-    resource_version: str
-
-
-@dataclass(frozen=True)
-class Volume:
-    """A PersistentVolume once bound to a claim in a given namespace."""
-
-    name: str
-    claim: str  # namespace/name of the claim it was bound to
-    reclaim_policy: str  # Retain, Delete (or Recycle)
-    phase: str  # Bound, Released, ...; "" when no controller has set it
-    resource_version: str
-
-
 # The pod-template annotation ``kubectl rollout restart`` sets: its change rolls the pods.
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 # The conditions the namespace controller sets on a namespace it is deleting, True while it waits.
@@ -86,51 +67,6 @@ NAMESPACE_DELETION_CONDITIONS = (
     "NamespaceDeletionGroupVersionParsingFailure",
 )
 
-
-@dataclass(frozen=True)
-class NamespaceInfo:
-    labels: Mapping[str, str]
-    terminating: bool
-    remaining: str = ""  # while terminating: what the namespace controller says it waits for
-
-
-@dataclass(frozen=True)
-class OwnedNamespace:
-    """A namespace that carries a Tenant's owner labels (``shared.model.ownership``)."""
-
-    name: str
-    labels: Mapping[str, str]
-    created: datetime
-    terminating: bool
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """A StatefulSet's spec generation and what its controller and kubelet report of it."""
-
-    generation: int
-    observed_generation: int
-    replicas: int
-    ready_replicas: int
-    updated_replicas: int
-
-    @property
-    def done(self) -> bool:
-        """The current spec is rolled out and every replica of it is ready."""
-        return (
-            self.observed_generation >= self.generation
-            and self.updated_replicas == self.replicas
-            and self.ready_replicas == self.replicas
-        )
-
-
-@dataclass(frozen=True)
-class StoredSecret:
-    """A Secret as read: its labels, its decoded data (never printed) and its version."""
-
-    labels: Mapping[str, str]
-    data: Mapping[str, bytes] = field(repr=False)
-    resource_version: str
 
 
 def _api_message(err: ApiException) -> str:
@@ -195,7 +131,7 @@ class Kube:
         self._networking: Any = k8s.NetworkingV1Api(api_client)
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Kube:
+    def connect(cls, kubeconfig: Path | None = None, component: str = "kubeopera-tenants") -> Self:
         """In-cluster credentials inside a pod; otherwise ``kubeconfig`` or ``$KUBECONFIG``."""
         configuration = k8s.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -242,15 +178,6 @@ class Kube:
             )
         return _listed(
             "list tenants", functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-        )
-
-    def create_tenant(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        namespace = obj["metadata"]["namespace"]
-        return dict(
-            _call(
-                f"create tenant {namespace}/{obj['metadata']['name']}",
-                lambda: self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, dict(obj)),
-            )
         )
 
     def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant:
@@ -425,10 +352,12 @@ class Kube:
         current = _call(
             f"get lease {namespace}/{name}", lambda: self._coordination.read_namespaced_lease(name, namespace)
         )
-        held = current.spec.holder_identity
-        renewed = current.spec.renew_time or current.spec.acquire_time
-        expired = renewed is None or (now - renewed).total_seconds() > (current.spec.lease_duration_seconds or 0)
-        if held and held != holder and not expired:
+        hold = LeaseHold(
+            holder=str(current.spec.holder_identity or ""),
+            renewed=current.spec.renew_time or current.spec.acquire_time,
+            duration_seconds=int(current.spec.lease_duration_seconds or 0),
+        )
+        if not hold.free_for(holder, now):
             return None
         body.metadata.resource_version = current.metadata.resource_version
         try:
@@ -649,16 +578,6 @@ class Kube:
         """The decoded value of one key of a Secret, or None if the Secret or key is absent."""
         secret = self.get_secret(namespace, name)
         return (secret.data.get(key) or None) if secret is not None else None
-
-    def list_secrets(self, label_selector: str) -> list[tuple[str, str, str, dict[str, str]]]:
-        """(namespace, name, uid, labels) of every Secret matching the selector, in all namespaces."""
-        result = _call(
-            f"list secrets {label_selector}",
-            lambda: self._core.list_secret_for_all_namespaces(label_selector=label_selector),
-        )
-        return [
-            (i.metadata.namespace, i.metadata.name, i.metadata.uid, dict(i.metadata.labels or {})) for i in result.items
-        ]
 
     def list_secret_records(self, namespace: str, label_selector: str) -> list[SecretMeta]:
         """The name, type and labels of each Secret in ``namespace`` matching the selector (helm's

@@ -60,12 +60,29 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
-from shared.adapters.kube import Kube
 from shared.errors import Conflict, Forbidden, TemporaryError
+from shared.model.cluster import NamespaceInfo
 from shared.model.ownership import Claim, judge, legacy_namespace_labels, namespace_labels
 from shared.model.rbac import Role, RoleBinding, RoleRef, Rule, Subject, has_labels
 from shared.model.tenant import Tenant
+
+
+class AccessApi(Protocol):
+    """What granting access in a Tenant's namespace needs of the Kubernetes adapter
+    (``shared.adapters.kube.Kube``): its Roles, RoleBindings and labels, and what we may do there."""
+
+    def get_namespace(self, name: str) -> NamespaceInfo | None: ...
+    def label_namespace(self, name: str, labels: Mapping[str, str]) -> None: ...
+    def get_role(self, namespace: str, name: str) -> Role | None: ...
+    def get_role_binding(self, namespace: str, name: str) -> RoleBinding | None: ...
+    def create_role(self, role: Role) -> bool: ...
+    def create_role_binding(self, binding: RoleBinding) -> bool: ...
+    def patch_role(self, role: Role, resource_version: str) -> None: ...
+    def patch_role_binding(self, binding: RoleBinding, resource_version: str) -> None: ...
+    def delete_role_binding(self, namespace: str, name: str, resource_version: str) -> None: ...
+    def allowed(self, namespace: str, verb: str, group: str, resource: str) -> bool: ...
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +198,7 @@ def _remember(tenant: Tenant) -> None:
         _ensured[(tenant.spec.names.namespace, tenant.uid)] = now
 
 
-def grant(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
+def grant(kube: AccessApi, tenant: Tenant, service_namespace: str) -> int:
     """Make the namespace's Roles and RoleBindings what ``namespace_grants`` says (the namespace
     must be this Tenant's: the caller has judged it). install's own binding comes first; every
     write after it waits for that binding to be in force (``await_in_force``, asked at most once).
@@ -201,7 +218,7 @@ def grant(kube: Kube, tenant: Tenant, service_namespace: str) -> int:
     return writes
 
 
-def await_in_force(kube: Kube, namespace: str) -> None:
+def await_in_force(kube: AccessApi, namespace: str) -> None:
     """Return once the API server says install holds its rights in ``namespace`` (its own
     binding there is in the API server's RBAC cache: RBAC's escalation check then lets it make
     the Roles); a ``TemporaryError`` after ``IN_FORCE_SECONDS``."""
@@ -217,7 +234,9 @@ def await_in_force(kube: Kube, namespace: str) -> None:
         pause = min(pause * 2, 0.5)
 
 
-def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str, labels: Mapping[str, str] | None = None) -> int:
+def grant_if_ours(
+    kube: AccessApi, tenant: Tenant, service_namespace: str, labels: Mapping[str, str] | None = None
+) -> int:
     """``grant`` (and ``keep_labels`` with ``labels``), if the namespace exists, is not being
     deleted and carries this Tenant's uid: for install's deliveries that otherwise leave the
     Tenant alone, so a Tenant made before these grants (or labels) existed gets them on its next
@@ -234,7 +253,7 @@ def grant_if_ours(kube: Kube, tenant: Tenant, service_namespace: str, labels: Ma
     return writes + grant(kube, tenant, service_namespace)
 
 
-def keep_labels(kube: Kube, namespace: str, current: Mapping[str, str], wanted: Mapping[str, str]) -> int:
+def keep_labels(kube: AccessApi, namespace: str, current: Mapping[str, str], wanted: Mapping[str, str]) -> int:
     """Put ``wanted`` back on this Tenant's namespace where ``current`` lacks one or has another
     value (the caller has judged the namespace this Tenant's). Returns the writes it took."""
     if has_labels(current, wanted):
@@ -245,7 +264,7 @@ def keep_labels(kube: Kube, namespace: str, current: Mapping[str, str], wanted: 
     return 1
 
 
-def _ensure_role(kube: Kube, want: Role, before_write: Callable[[], None]) -> int:
+def _ensure_role(kube: AccessApi, want: Role, before_write: Callable[[], None]) -> int:
     # Read through install's own binding, which a delivery that found it already made (by
     # another one, a moment ago) did not wait for: a refusal is temporary until it is in force.
     with granted_at_run_time(want.namespace):
@@ -261,7 +280,7 @@ def _ensure_role(kube: Kube, want: Role, before_write: Callable[[], None]) -> in
     return 1
 
 
-def _ensure_binding(kube: Kube, want: RoleBinding, before_write: Callable[[], None]) -> int:
+def _ensure_binding(kube: AccessApi, want: RoleBinding, before_write: Callable[[], None]) -> int:
     found = kube.get_role_binding(want.namespace, want.name)
     if found is not None and found == want and has_labels(found.labels, want.labels):
         return 0

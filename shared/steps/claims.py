@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from shared.adapters.kube import Kube
-from shared.adapters.release import ReleaseRecords
+from shared.adapters.release import RecordSource, ReleaseRecords
 from shared.errors import TemporaryError
+from shared.model.cluster import Marker, NamespaceInfo
 from shared.model.ownership import (
     Claim,
     OwnerState,
@@ -48,6 +48,18 @@ from shared.model.ownership import (
 from shared.model.tenant import Tenant
 from shared.steps import access
 
+
+class ClaimSource(RecordSource, Protocol):
+    """What the ownership checks read and write through the Kubernetes adapter
+    (``shared.adapters.kube.Kube``): Tenants, namespaces, claim markers, helm's release records."""
+
+    def get_tenant(self, namespace: str, name: str) -> Tenant | None: ...
+    def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]: ...
+    def get_namespace(self, name: str) -> NamespaceInfo | None: ...
+    def create_claim(self, tenant: Tenant, name: str, labels: Mapping[str, str]) -> bool: ...
+    def get_claim(self, namespace: str, name: str) -> Marker | None: ...
+    def delete_claim(self, namespace: str, name: str, resource_version: str) -> None: ...
+
 log = logging.getLogger(__name__)
 
 # Create; or find a leftover, delete it and create again; once more in case it was released
@@ -58,7 +70,7 @@ CLAIM_ATTEMPTS = 3
 CLEANUP_IDENTITY = "system:serviceaccount:kubeopera-system:tenant-cleanup"
 
 
-def check_rivals(kube: Kube, tenant: Tenant) -> None:
+def check_rivals(kube: ClaimSource, tenant: Tenant) -> None:
     """Refuse if an older Tenant asks for the same tenantName or cloudSpaceID."""
     spec = tenant.spec
     others = kube.list_tenants(tenant.namespace, f"spec.tenantName={spec.tenant_name}")
@@ -73,7 +85,7 @@ def claim_thing(tenant: Tenant) -> Thing:
     return Thing("claim", f"Lease {tenant.namespace}/{name}", f"kubectl delete lease {name} -n {tenant.namespace}")
 
 
-def claim_cloud_space(kube: Kube, tenant: Tenant) -> None:
+def claim_cloud_space(kube: ClaimSource, tenant: Tenant) -> None:
     """Hold this Tenant's cloudSpaceID (Lease ``cloudspace-<cloudSpaceID>``), or raise the
     refusal: ``OwnershipConflict`` while another Tenant holds it, ``TemporaryError`` while that
     Tenant is being deleted. Labelled as the kubeconfig Secret is (the cloudSpaceID and the owner)."""
@@ -97,7 +109,7 @@ def claim_cloud_space(kube: Kube, tenant: Tenant) -> None:
     raise TemporaryError(f"{claim_thing(tenant)} changed hands while it was read; asking again", retry_after=1)
 
 
-def release_cloud_space(kube: Kube, tenant: Tenant) -> None:
+def release_cloud_space(kube: ClaimSource, tenant: Tenant) -> None:
     """Delete this Tenant's claim of its cloudSpaceID (another's, or none, is left as it is)."""
     name = tenant.spec.names.cloud_space_claim
     found = kube.get_claim(tenant.namespace, name)
@@ -105,14 +117,14 @@ def release_cloud_space(kube: Kube, tenant: Tenant) -> None:
         kube.delete_claim(tenant.namespace, name, found.resource_version)
 
 
-def require(kube: Kube, tenant: Tenant, verdict: Verdict, thing: Thing, field: str, value: str) -> Verdict:
+def require(kube: ClaimSource, tenant: Tenant, verdict: Verdict, thing: Thing, field: str, value: str) -> Verdict:
     """Return ``verdict`` if this Tenant may act on ``thing``; otherwise raise its refusal."""
     if verdict.usable:
         return verdict
     raise refusal(tenant, thing, field, value, verdict, owner_of(kube, verdict))
 
 
-def owner_of(kube: Kube, verdict: Verdict) -> OwnerState | None:
+def owner_of(kube: ClaimSource, verdict: Verdict) -> OwnerState | None:
     """Whether the other Tenant a verdict names is still there (None: the verdict names none)."""
     if verdict.claim != Claim.OTHER or verdict.owner is None:
         return None
@@ -140,12 +152,12 @@ def secret_thing(tenant: Tenant, secret_namespace: str) -> Thing:
     return Thing("Secret", f"{secret_namespace}/{name}", f"kubectl delete secret {name} -n {secret_namespace}")
 
 
-def namespace_verdict(kube: Kube, tenant: Tenant) -> Verdict:
+def namespace_verdict(kube: ClaimSource, tenant: Tenant) -> Verdict:
     """Whose is namespace vcluster-<tenantName>, refusing when it is not this Tenant's."""
     return namespace_claim(kube, tenant)[0]
 
 
-def namespace_claim(kube: Kube, tenant: Tenant) -> tuple[Verdict, Mapping[str, str] | None]:
+def namespace_claim(kube: ClaimSource, tenant: Tenant) -> tuple[Verdict, Mapping[str, str] | None]:
     """``namespace_verdict`` and the labels it judged (None: no namespace), for install, which
     keeps some of them true (``access.keep_labels``) without reading the namespace again."""
     found = kube.get_namespace(tenant.spec.names.namespace)
@@ -154,7 +166,7 @@ def namespace_claim(kube: Kube, tenant: Tenant) -> tuple[Verdict, Mapping[str, s
     return require(kube, tenant, verdict, namespace_thing(tenant), "tenantName", tenant.spec.tenant_name), labels
 
 
-def check_history(kube: Kube, tenant: Tenant) -> None:
+def check_history(kube: ClaimSource, tenant: Tenant) -> None:
     """Raise ``ReleaseTampered`` if helm's history of the Tenant's release holds a Secret that helm
     did not write (one LIST of the release's Secrets; ``shared.adapters.release.history``)."""
     names = tenant.spec.names
@@ -162,7 +174,7 @@ def check_history(kube: Kube, tenant: Tenant) -> None:
         ReleaseRecords(kube).release(names.release, names.namespace)
 
 
-def release_guard(kube: Kube, tenant: Tenant) -> Callable[[Mapping[str, Any] | None], None]:
+def release_guard(kube: ClaimSource, tenant: Tenant) -> Callable[[Mapping[str, Any] | None], None]:
     """A helm guard (``shared.adapters.helm.Guard``) that refuses a tampered history (``check_history``)
     and a release this Tenant does not own."""
 

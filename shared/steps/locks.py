@@ -37,10 +37,17 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
-from shared.adapters.kube import Kube
 from shared.errors import TenantError, WorkInHand
 from shared.model.naming import TenantNames
+
+
+class Leases(Protocol):
+    """What the work lock needs of the Kubernetes adapter (``shared.adapters.kube.Kube``)."""
+
+    def acquire_lease(self, namespace: str, name: str, holder: str, seconds: int) -> str | None: ...
+    def release_lease(self, namespace: str, name: str, resource_version: str) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +97,7 @@ def installing(uid: str, generation: int) -> Iterator[bool]:
 
 
 @contextmanager
-def work_lock(kube: Kube, namespace: str, names: TenantNames) -> Iterator[None]:
+def work_lock(kube: Leases, namespace: str, names: TenantNames) -> Iterator[None]:
     """The work on ``names.namespace``, from the Tenants' ``namespace``: threads of one process wait
     for each other (a thread lock); other processes are told to come back later (the Lease,
     renewed for as long as the block runs)."""
@@ -99,7 +106,7 @@ def work_lock(kube: Kube, namespace: str, names: TenantNames) -> Iterator[None]:
 
 
 @contextmanager
-def _lease(kube: Kube, namespace: str, names: TenantNames) -> Iterator[None]:
+def _lease(kube: Leases, namespace: str, names: TenantNames) -> Iterator[None]:
     name = names.work_lock
     holder = holder_identity()
     hold = kube.acquire_lease(namespace, name, holder, LEASE_SECONDS)
@@ -122,7 +129,7 @@ def _lease(kube: Kube, namespace: str, names: TenantNames) -> Iterator[None]:
 class _Renewal(threading.Thread):
     """Renews one held Lease every ``RENEW_SECONDS`` until stopped; ``stop`` returns the last hold."""
 
-    def __init__(self, kube: Kube, namespace: str, name: str, holder: str, hold: str) -> None:
+    def __init__(self, kube: Leases, namespace: str, name: str, holder: str, hold: str) -> None:
         super().__init__(name=f"lease-{name}", daemon=True)
         self._kube, self._namespace, self._name, self._holder = kube, namespace, name, holder
         self.hold = hold

@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
-from shared.adapters.kube import Kube
 from shared.model import lifecycle
 from shared.model.tenant import (
     COND_READY,
@@ -22,18 +22,27 @@ from shared.model.tenant import (
     Phase,
     StatusUpdate,
     Tenant,
+    TenantEvent,
     TenantRef,
     rfc3339,
     utcnow,
 )
 from shared.observability import metrics
 
+
+class TenantStore(Protocol):
+    """What the rules every step keeps need of the Kubernetes adapter (``shared.adapters.kube.Kube``)."""
+
+    def get_tenant(self, namespace: str, name: str) -> Tenant | None: ...
+    def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant: ...
+    def record_event(self, tenant: Tenant, event: TenantEvent) -> None: ...
+
 log = logging.getLogger(__name__)
 
 MESSAGE_MAX = 1024
 
 
-def first_sight(kube: Kube, tenant: Tenant) -> Tenant:
+def first_sight(kube: TenantStore, tenant: Tenant) -> Tenant:
     """Install's first write for a Tenant, before anything else: a Tenant never seen before (no
     phase) is written as Pending; a Failed one patched to Pending by hand is marked as a retry
     (``RetryAccepted``, ``lastSyncedAt`` now), so that its provision timeout and dead letters count
@@ -64,7 +73,7 @@ def retry_update(tenant: Tenant, reason: str, what: str) -> StatusUpdate:
     )
 
 
-def live_tenant(kube: Kube, ref: TenantRef) -> Tenant | None:
+def live_tenant(kube: TenantStore, ref: TenantRef) -> Tenant | None:
     tenant = kube.get_tenant(ref.namespace, ref.name)
     if tenant is None:
         log.info("tenant is gone; event ignored")
@@ -81,7 +90,7 @@ def live_tenant(kube: Kube, ref: TenantRef) -> Tenant | None:
     return tenant
 
 
-def write_status(kube: Kube, tenant: Tenant, update: StatusUpdate) -> Tenant:
+def write_status(kube: TenantStore, tenant: Tenant, update: StatusUpdate) -> Tenant:
     updated = kube.patch_tenant_status(tenant, update)
     before, after = tenant.status.phase, updated.status.phase
     if after is not None and before != after:
@@ -105,13 +114,13 @@ def failed_update(tenant: Tenant, message: str, reason: str = "ProvisioningFaile
     )
 
 
-def mark_failed(kube: Kube, ref: TenantRef, message: str, reason: str = "ProvisioningFailed") -> bool:
+def mark_failed(kube: TenantStore, ref: TenantRef, message: str, reason: str = "ProvisioningFailed") -> bool:
     """Set phase Failed if the tenant is still the one the event named and is not settled."""
     tenant = live_tenant(kube, ref)
     return tenant is not None and fail(kube, tenant, message, reason)
 
 
-def fail(kube: Kube, tenant: Tenant, message: str, reason: str = "ProvisioningFailed") -> bool:
+def fail(kube: TenantStore, tenant: Tenant, message: str, reason: str = "ProvisioningFailed") -> bool:
     """``mark_failed`` for a Tenant already read (as the event named it): Failed unless it is
     Failed already or Ready at its generation."""
     if tenant.status.phase == Phase.FAILED:

@@ -28,13 +28,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from shared.adapters.kube import Kube
 from shared.adapters.vcluster_api import UnusableKubeconfig, read_kubeconfig
 from shared.errors import Conflict
+from shared.model.cluster import StoredSecret
 from shared.model.naming import KUBECONFIG_KEY
 from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, rfc3339, utcnow
 from shared.steps.certificates import client_certificate_expiry
+
+
+class RotationKube(Protocol):
+    """What a rotation needs of the Kubernetes adapter (``shared.adapters.kube.Kube``)."""
+
+    def get_tenant(self, namespace: str, name: str) -> Tenant | None: ...
+    def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant: ...
+    def restart_rollout(self, namespace: str, name: str, at: str) -> int | None: ...
+    def get_secret(self, namespace: str, name: str) -> StoredSecret | None: ...
+    def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None: ...
+    def delete_secret(self, namespace: str, name: str, resource_version: str) -> None: ...
 
 POLL_SECONDS = 2.0
 
@@ -113,7 +125,7 @@ def request_update(requested_at: str) -> StatusUpdate:
 
 
 def rotate(
-    kube: Kube,
+    kube: RotationKube,
     namespace: str,
     name: str,
     timeout: float,
@@ -159,7 +171,7 @@ def rotate(
         sleep(POLL_SECONDS)
 
 
-def _request(kube: Kube, namespace: str, name: str, requested_at: str) -> None:
+def _request(kube: RotationKube, namespace: str, name: str, requested_at: str) -> None:
     for _ in range(3):
         tenant = kube.get_tenant(namespace, name)
         if tenant is None:

@@ -71,9 +71,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from shared.adapters.kube import Kube
 from shared.errors import TemporaryError, TenantError
 from shared.observability import logs
+from testbed.admin_kube import AdminKube
 from testbed.controlplane import pki
 from testbed.processes import ProcessSpec
 from testbed.standins.vcluster_api import VirtualApi, VirtualApiServer
@@ -224,7 +224,7 @@ class VClusterStandIn:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: AdminKube,
         apps: Any,
         core: Any,
         boot_seconds: float,
@@ -264,7 +264,7 @@ class VClusterStandIn:
         k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         client = k8s.ApiClient(configuration)
         return cls(
-            Kube.connect(kubeconfig),
+            AdminKube.connect(kubeconfig),
             k8s.AppsV1Api(client),
             k8s.CoreV1Api(client),
             boot_seconds,

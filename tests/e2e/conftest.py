@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.kube import Kube
+from testbed.admin_kube import AdminKube
 from testbed.local.diagnosis import explain
 from testbed.local.stack import Stack
 
@@ -24,8 +24,8 @@ _STARTED = pytest.StashKey[float]()
 
 
 @pytest.fixture(scope="module")
-def kube(pipeline: Stack) -> Iterator[Kube]:
-    client = Kube.connect(pipeline.admin_kubeconfig)
+def kube(pipeline: Stack) -> Iterator[AdminKube]:
+    client = AdminKube.connect(pipeline.admin_kubeconfig)
     yield client
     client.close()
 

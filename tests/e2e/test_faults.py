@@ -31,6 +31,7 @@ from shared.delivery import events
 from shared.model import event_types
 from shared.model.tenant import Tenant, parse_time
 from shared.steps.locks import work_lock
+from testbed.admin_kube import AdminKube
 from testbed.knative.broker_watch import Delivery
 from testbed.local.api_gate import ApiGate
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
@@ -178,7 +179,7 @@ def gunicorn_worker_above(pid: int) -> int:
     raise AssertionError("no gunicorn worker above the helm process")
 
 
-def kill_midway(kube: Kube, release: str, status: str, kill_worker: bool = False, timeout: float = 60) -> bool:
+def kill_midway(kube: AdminKube, release: str, status: str, kill_worker: bool = False, timeout: float = 60) -> bool:
     """SIGKILL helm (or the gunicorn worker running it) once helm has recorded the release as
     ``status`` (pending-install / pending-upgrade) and before it finishes. False if helm was done
     before that moment could be caught."""

@@ -49,6 +49,7 @@ from shared.model.rbac import has_labels
 from shared.model.tenant import Tenant, TenantRef
 from shared.settings import Settings
 from shared.steps import access
+from testbed.admin_kube import AdminKube
 from testbed.controlplane import ControlPlane, kubeconfig_for_token, kubectl, request_token
 from testbed.registry import CHART_VERSION
 from testbed.toolchain import Toolchain
@@ -205,7 +206,7 @@ def test_secrets_are_readable_only_where_install_granted_it(
             "quota": {"cpu": "1", "memory": "1Gi"},
         },
     }
-    admin_kube = Kube.connect(kube_admin_kubeconfig)
+    admin_kube = AdminKube.connect(kube_admin_kubeconfig)
     made = Tenant.from_object(admin_kube.create_tenant(obj))
     names = made.spec.names
     ref = TenantRef(NAMESPACE, tenant_name, made.uid, made.generation)

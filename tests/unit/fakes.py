@@ -28,12 +28,13 @@ from flask import Flask
 from werkzeug.test import TestResponse
 
 from shared.adapters.helm import Guard, Keep
-from shared.adapters.kube import Marker, NamespaceInfo, OwnedNamespace, Rollout, StoredSecret, Volume
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.adapters.release import DEPLOYED, PENDING_STATES, RECORD_TYPE, ReleaseState, SecretMeta, record_name
 from shared.delivery import events
+from shared.delivery.senders import Review
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
 from shared.model import event_types
+from shared.model.cluster import Marker, NamespaceInfo, OwnedNamespace, Rollout, StoredSecret, Volume
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.model.rbac import Role, RoleBinding
@@ -165,6 +166,7 @@ class FakeKube:
         self.helm: FakeHelm | None = None  # whose releases are helm's records here (as its Secrets are)
         # Each Tenant as a write by a function left it: what the ApiServerSource sends as an update.
         self.echoes: list[dict[str, Any]] = []
+        self.token_reviews: dict[str, Review] = {}  # token -> what the API server says of it
         self._version = 100
 
     # set-up, as a person or the API server ----------------------------------------------------
@@ -522,6 +524,10 @@ class FakeKube:
         del self.claims[(namespace, name)]
 
     # Secrets ------------------------------------------------------------------------------------
+
+    def review_token(self, token: str, audience: str) -> Review:
+        _tally(self.calls, "review_token")
+        return self.token_reviews.get(token, Review(authenticated=False))
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
         _tally(self.calls, "read_secret_key")

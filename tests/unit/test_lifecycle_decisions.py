@@ -23,7 +23,6 @@ from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, dead_letter, install, notify_api, store_kubeconfig
 from shared import cli
-from shared.adapters.kube import Marker, Rollout, Volume
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
@@ -37,6 +36,7 @@ from shared.errors import (
     WorkInHand,
 )
 from shared.model import event_types, lifecycle
+from shared.model.cluster import Marker, Rollout, Volume
 from shared.model.naming import KUBECONFIG_KEY, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.model.ownership import (
     legacy_namespace_labels,

@@ -24,12 +24,12 @@ from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
 from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
-from shared.adapters.kube import Rollout
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Conflict, Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
 from shared.model import event_types, lifecycle
+from shared.model.cluster import Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.model.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339

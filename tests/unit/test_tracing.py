@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from functions import check_ready, install, notify_api, resync, router, store_kubeconfig
-from shared.adapters.kube import Rollout
 from shared.delivery import events
 from shared.model import event_types
+from shared.model.cluster import Rollout
 from shared.model.tenant import FINALIZER
 from shared.observability import tracing
 from shared.runtime import Runtime

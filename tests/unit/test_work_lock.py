@@ -5,10 +5,12 @@ Lease lost meanwhile is said loudly."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from shared.errors import WorkInHand
+from shared.model.cluster import LeaseHold
 from shared.model.naming import TenantNames
 from shared.steps import locks
 
@@ -62,3 +64,20 @@ def test_a_lease_taken_over_meanwhile_is_logged_as_an_error(kube: FakeKube, capl
         "the work Lease was taken over while the work ran"
     ]
     assert kube.leases[LEASE] == "another-pod/1/1"  # theirs now: not given up on their behalf
+
+
+NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("hold", "free"),
+    [
+        (LeaseHold(holder="", renewed=NOW, duration_seconds=30), True),  # nobody holds it
+        (LeaseHold(holder="me", renewed=NOW, duration_seconds=30), True),  # ours already
+        (LeaseHold(holder="them", renewed=NOW - timedelta(seconds=30), duration_seconds=30), False),  # just in time
+        (LeaseHold(holder="them", renewed=NOW - timedelta(seconds=31), duration_seconds=30), True),  # expired
+        (LeaseHold(holder="them", renewed=None, duration_seconds=30), True),  # never renewed nor acquired
+    ],
+)
+def test_a_lease_is_free_unless_another_holder_renewed_it_within_its_duration(hold: LeaseHold, free: bool) -> None:
+    assert hold.free_for("me", NOW) is free
