@@ -16,7 +16,7 @@ deleted namespace is emptied and goes away, and objects whose owner is deleted a
 collected. Nothing else does: no pods, no ``default`` ServiceAccount, no token Secrets.
 
 This package talks to the API server through ``kubectl`` only; the ``kubernetes`` client is for
-``shared/adapters/kube.py`` and the tests. Run ``python -m testbed.controlplane`` to start one by
+``shared.adapters.kube`` and the tests. Run ``python -m testbed.controlplane`` to start one by
 hand (it prints the kubeconfig path and runs until Ctrl-C).
 
 The parts, one module each: :mod:`~testbed.controlplane.startup` (:func:`start_control_plane`),

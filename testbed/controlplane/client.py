@@ -1,6 +1,6 @@
 """Talking to the test bed's API server the way this package does: through ``kubectl`` only
 (:func:`kubectl`, as admin unless told otherwise, and :func:`apply`). The ``kubernetes`` client
-is for ``shared/adapters/kube.py`` and the tests."""
+is for ``shared.adapters.kube`` and the tests."""
 
 from __future__ import annotations
 

@@ -1,0 +1,154 @@
+"""How the Kubernetes adapter makes a request: each in a client span, its failure classified once.
+
+A 409 becomes ``Conflict``; 429, 5xx and connection failures ``TemporaryError``; a 403 for a namespace
+being deleted ``NamespaceTerminating`` (temporary); other 401/403 ``Forbidden``, a ``PermanentError``
+(a missing RBAC rule does not heal by retrying; the callers that read where install grants access at
+run time make it temporary, ``shared.steps.access``); 400/422 ``PermanentError`` (the object we sent
+is invalid). Also the forms a request's answer can take (created or there already, absent or not,
+read as JSON, listed a page at a time) and ``Apis``, the API groups every part of the adapter calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError
+from shared.observability import tracing
+
+T = TypeVar("T")
+
+
+class Apis:
+    """The API groups of one client, made once by ``Kube``; each part of the adapter calls these.
+    The client's generated types are loose (objects and optionals everywhere), so answers are Any
+    here and become this project's values in the part that reads them."""
+
+    _api: Any
+    _component: str  # who reports the Events the adapter records
+    _core: Any
+    _custom: Any
+    _coordination: Any
+    _apps: Any
+    _authentication: Any
+    _rbac: Any
+    _authorization: Any
+    _networking: Any
+
+
+def _api_message(err: ApiException) -> str:
+    """The Status message of an API error (never a request body, so never a secret)."""
+    try:
+        return str(json.loads(err.body or "{}").get("message", ""))[:300]
+    except ValueError:
+        return ""
+
+
+def call(what: str, fn: Callable[[], T]) -> T:
+    """One API request, in a client span (``k8s <verb> <resource>``), its failure classified."""
+    verb, _, rest = what.partition(" ")
+    with tracing.client_span(f"k8s {verb} {rest.split(' ')[0]}", {"k8s.request": what}):
+        return _classified(what, fn)
+
+
+def _classified(what: str, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except ApiException as err:
+        status = int(err.status or 0)
+        reason = err.reason or ""
+        if status == 409:
+            raise Conflict(f"{what}: conflict ({reason})") from None
+        if status == 403 and "because it is being terminated" in _api_message(err):
+            raise NamespaceTerminating(f"{what}: the namespace is being deleted", retry_after=2) from None
+        if status in (401, 403):
+            # Permanent on purpose: a rule missing from deploy/ does not heal by retrying, and the
+            # Tenant is better Failed at once with the verb and resource named than re-delivered
+            # until the broker gives up. The one 403 that heals is a read in a Tenant's vcluster-*
+            # namespace, where install grants the other functions their access at run time
+            # (shared.steps.access): a RoleBinding just made counts only once the API server's RBAC
+            # cache has it, and a Tenant of an earlier version gets its bindings on its next
+            # install delivery. Only those callers know that they read there, so they turn this
+            # Forbidden into a TemporaryError themselves (access.granted_at_run_time).
+            raise Forbidden(f"{what}: the API server refused it ({status} {reason})") from None
+        if status in (400, 422):
+            raise PermanentError(f"{what}: the API server found it invalid ({status}): {_api_message(err)}") from None
+        if status == 429 or status >= 500 or status == 0:
+            raise TemporaryError(f"{what}: API server answered {status} {reason}", retry_after=2) from None
+        raise
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        raise TemporaryError(f"{what}: API server unreachable ({type(err).__name__})", retry_after=2) from None
+
+
+def created(what: str, fn: Callable[[], object]) -> bool:
+    """A create for which "it exists already" (409) is an answer: False. Its namespace gone (404)
+    is temporary: whoever deletes it is at work, and the next delivery sees the outcome."""
+    try:
+        call(what, fn)
+    except Conflict:
+        return False
+    except ApiException as err:
+        if err.status == 404:
+            raise TemporaryError(f"{what}: its namespace does not exist", retry_after=2) from None
+        raise
+    return True
+
+
+def unless_absent(what: str, fn: Callable[[], object]) -> None:
+    """A delete for which "it is not there" (404) is success."""
+    try:
+        call(what, fn)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def precondition(resource_version: str) -> Any:
+    """Delete only the version we read (409 if it changed meanwhile)."""
+    return k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=resource_version))
+
+
+# Items per LIST request: a fleet-wide list comes a page at a time (``limit`` and ``continue``),
+# never as one answer the size of the fleet, in the API server's memory or ours.
+PAGE = 500
+
+
+def as_json(response: Any) -> dict[str, Any]:
+    """A response asked for with ``_preload_content=False``: its JSON as is, without the client's
+    deserialization into its models (for a StatefulSet, more CPU than the request itself; resync
+    reads thousands)."""
+    found: dict[str, Any] = json.loads(response.data)
+    return found
+
+
+def paged(what: str, fetch: Callable[..., Any]) -> list[dict[str, Any]]:
+    """Every item of a LIST as JSON, ``PAGE`` at a time: ``fetch`` is called with ``limit``,
+    ``_continue`` and ``_preload_content``, until the API server gives no ``continue`` token."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = call(what, functools.partial(_page, fetch, token))
+        items.extend(page.get("items") or [])
+        token = page.get("metadata", {}).get("continue") or None
+        if token is None:
+            return items
+
+
+def _page(fetch: Callable[..., Any], token: str | None) -> dict[str, Any]:
+    return as_json(fetch(limit=PAGE, _continue=token, _preload_content=False))
+
+
+def found_or_none(what: str, fn: Callable[[], T]) -> T | None:
+    """A get for which "it is not there" (404) is an answer: None."""
+    try:
+        return call(what, fn)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise

@@ -1,0 +1,80 @@
+"""Secrets: the stored kubeconfig, helm's release records (their metadata only) and the vCluster's
+exported kubeconfig. Their contents never reach a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+
+from shared.adapters.kube.calls import Apis, as_json, call, found_or_none, precondition, unless_absent
+from shared.adapters.release import SecretMeta
+from shared.model.cluster import StoredSecret
+
+
+class Secrets(Apis):
+    """Secrets, read and written by the version read."""
+
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
+        """The decoded value of one key of a Secret, or None if the Secret or key is absent."""
+        secret = self.get_secret(namespace, name)
+        return (secret.data.get(key) or None) if secret is not None else None
+
+    def list_secret_records(self, namespace: str, label_selector: str) -> list[SecretMeta]:
+        """The name, type and labels of each Secret in ``namespace`` matching the selector (helm's
+        release record, ``shared.adapters.release``; the data is dropped unread); a 403 is ``Forbidden``."""
+        result = call(
+            f"list secrets {namespace} {label_selector}",
+            lambda: self._core.list_namespaced_secret(namespace, label_selector=label_selector),
+        )
+        return [
+            SecretMeta(name=str(i.metadata.name), type=str(i.type or ""), labels=dict(i.metadata.labels or {}))
+            for i in result.items
+        ]
+
+    def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
+        secret = found_or_none(
+            f"get secret {namespace}/{name}",
+            lambda: as_json(self._core.read_namespaced_secret(name, namespace, _preload_content=False)),
+        )
+        if secret is None:
+            return None
+        return StoredSecret(
+            labels=dict(secret["metadata"].get("labels") or {}),
+            data={k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()},
+            resource_version=str(secret["metadata"]["resourceVersion"]),
+        )
+
+    def write_secret(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, bytes],
+        labels: Mapping[str, str],
+        resource_version: str | None,
+    ) -> None:
+        """Create the Opaque Secret (``resource_version`` None) or replace the version we read;
+        ``Conflict`` if it was created or changed meanwhile."""
+        encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
+        meta = k8s.V1ObjectMeta(name=name, namespace=namespace, labels=dict(labels), resource_version=resource_version)
+        body: Any = k8s.V1Secret(metadata=meta, type="Opaque", data=dict(encoded))
+        if resource_version is None:
+            call(f"create secret {namespace}/{name}", lambda: self._core.create_namespaced_secret(namespace, body))
+        else:
+            call(
+                f"replace secret {namespace}/{name}",
+                lambda: self._core.replace_namespaced_secret(name, namespace, body),
+            )
+
+    def delete_secret(self, namespace: str, name: str, resource_version: str) -> None:
+        """Delete the version of the Secret we read; absent is fine, changed is ``Conflict``."""
+        options = precondition(resource_version)
+        unless_absent(
+            f"delete secret {namespace}/{name}",
+            lambda: self._core.delete_namespaced_secret(name, namespace, body=options),
+        )
+

@@ -1,0 +1,143 @@
+"""The Tenant resource and its Kubernetes Events: read, list (a page at a time), patch the status
+and the finalizer, record an Event that folds repeats into its count.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from shared.adapters.kube.calls import Apis, call, found_or_none, paged
+from shared.errors import Conflict, PermanentError, TemporaryError, TenantGone
+from shared.model.tenant import (
+    API_VERSION,
+    FINALIZER,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    StatusUpdate,
+    Tenant,
+    TenantEvent,
+    rfc3339,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Tenants(Apis):
+    """Tenants and their Events."""
+
+
+    def get_tenant(self, namespace: str, name: str) -> Tenant | None:
+        obj = found_or_none(
+            f"get tenant {namespace}/{name}",
+            lambda: self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+        )
+        return None if obj is None else Tenant.from_object(obj)
+
+    def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
+        """Tenants in ``namespace`` matching a field selector on the CRD's selectable fields
+        (``spec.tenantName``, ``spec.cloudSpaceID``)."""
+        items = paged(
+            f"list tenants {field_selector}",
+            functools.partial(
+                self._custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                field_selector=field_selector,
+            ),
+        )
+        return [Tenant.from_object(item) for item in items]
+
+    def list_tenant_objects(self, namespace: str | None) -> list[dict[str, Any]]:
+        if namespace:
+            return paged(
+                "list tenants",
+                functools.partial(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
+            )
+        return paged(
+            "list tenants", functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        )
+
+    def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant:
+        """Apply ``update`` to the version of ``tenant`` we read; ``Conflict`` if it moved on,
+        ``TenantGone`` if it was deleted meanwhile."""
+        return self._patch_tenant(tenant, f"patch tenant {tenant.key} status", update.patch_for(tenant), status=True)
+
+    def set_finalizer(self, tenant: Tenant, present: bool) -> Tenant:
+        """Add or remove this project's finalizer on the version of ``tenant`` we read."""
+        others = [f for f in tenant.finalizers if f != FINALIZER]
+        finalizers = [*others, FINALIZER] if present else others
+        body = {"metadata": {"resourceVersion": tenant.resource_version, "finalizers": finalizers}}
+        verb = "add" if present else "remove"
+        return self._patch_tenant(tenant, f"{verb} finalizer on tenant {tenant.key}", body, status=False)
+
+    def _patch_tenant(self, tenant: Tenant, what: str, body: Mapping[str, Any], *, status: bool) -> Tenant:
+        patch = (
+            self._custom.patch_namespaced_custom_object_status
+            if status
+            else self._custom.patch_namespaced_custom_object
+        )
+        try:
+            obj = call(what, lambda: patch(GROUP, VERSION, tenant.namespace, PLURAL, tenant.name, dict(body)))
+        except ApiException as err:
+            if err.status == 404:
+                raise TenantGone(f"tenant {tenant.key} was deleted meanwhile") from None
+            raise
+        return Tenant.from_object(obj)
+
+
+    def record_event(self, tenant: Tenant, event: TenantEvent) -> None:
+        """A Kubernetes Event on the Tenant (``kubectl describe kt`` shows it). The same reason
+        and message again folds into the first one's ``count``, as kubelet's events do. Never
+        raises: an Event is worth a warning in the log, not a failed delivery."""
+        digest = hashlib.sha256(f"{tenant.uid}/{event.reason}/{event.message}".encode()).hexdigest()[:16]
+        name = f"{tenant.name}.{digest}"
+        now = rfc3339(utcnow())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": tenant.namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "namespace": tenant.namespace,
+                "name": tenant.name,
+                "uid": tenant.uid,
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self._component},
+            "reportingComponent": f"kubeopera.io/{self._component}",
+            "reportingInstance": socket.gethostname()[:128],
+        }
+        try:
+            try:
+                call(f"create event {name}", lambda: self._core.create_namespaced_event(tenant.namespace, body))
+                return
+            except Conflict:
+                pass
+            current = call(f"get event {name}", lambda: self._core.read_namespaced_event(name, tenant.namespace))
+            patch = {
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "count": int(current.count or 1) + 1,
+                "lastTimestamp": now,
+            }
+            call(f"patch event {name}", lambda: self._core.patch_namespaced_event(name, tenant.namespace, patch))
+        except (TemporaryError, PermanentError, ApiException) as err:
+            log.warning("could not record a Kubernetes Event", extra={"reason": event.reason, "error": str(err)})
+
