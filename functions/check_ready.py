@@ -36,7 +36,7 @@ from datetime import datetime
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
-from shared.adapters.release import DEPLOYED, FAILED, ReleaseRecords, Releases
+from shared.adapters.release import ReleaseRecords, Releases
 from shared.adapters.vcluster_api import VClusterProbe
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
@@ -44,6 +44,7 @@ from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, Tempora
 from shared.model import event_types, lifecycle
 from shared.model.cluster import Rollout
 from shared.model.naming import VCLUSTER_CONFIG_KEY, TenantNames
+from shared.model.release import DEPLOYED, FAILED
 from shared.model.tenant import (
     COND_READY,
     Condition,

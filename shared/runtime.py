@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.adapters.kube import Kube
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate, KubeoperaApi
-from shared.adapters.release import Releases, ReleaseState
+from shared.adapters.release import Releases
 from shared.adapters.vcluster_api import VClusterApi, VClusterProbe
 from shared.delivery.senders import Review, SenderCheck, SenderPolicy
 from shared.delivery.sink import Sink
 from shared.errors import PermanentError, TemporaryError
 from shared.model.cluster import OwnedNamespace, Rollout, Volume
 from shared.model.isolation import PolicyObject
+from shared.model.release import ReleaseState
 from shared.model.tenant import Tenant, TenantRef
 from shared.observability import logs, tracing
 from shared.settings import Settings

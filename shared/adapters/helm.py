@@ -31,7 +31,6 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shlex
@@ -48,8 +47,8 @@ from typing import Any, TypeVar
 import pyhelm3
 from pyhelm3 import errors as helm_errors
 
-from shared.adapters.release import ReleaseState
 from shared.errors import PermanentError, TemporaryError
+from shared.model.release import Action, ReleaseState, chart_matters, plan
 from shared.observability import metrics, timing, tracing
 from shared.settings import HELM_KILL_AFTER_SECONDS
 
@@ -196,15 +195,11 @@ class Helm:
             return None
         return revision, dict(await revision.values() or {})
 
-    async def _recover(self, name: str, namespace: str, revision: Any) -> tuple[Any, dict[str, Any]] | None:
-        """Make a pending release workable again, or say it is busy; returns it as ``_current``."""
+    async def _recover(
+        self, name: str, namespace: str, revision: Any, how: Action
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """Make a stuck release workable again (``how``: the plan's recovery); returns it as ``_current``."""
         state = _state(name, namespace, revision)
-        how = stuck_verdict(state, datetime.now(UTC), self._stuck_after)
-        if how is None:
-            raise TemporaryError(
-                f"release {namespace}/{name} is {state.status}: another helm operation is in progress",
-                retry_after=5,
-            )
         log.warning(
             "recovering a stuck release",
             extra={
@@ -212,26 +207,34 @@ class Helm:
                 "namespace": namespace,
                 "status": state.status,
                 "revision": state.revision,
-                "how": how,
+                "how": how.value,
             },
         )
-        if how == "uninstall":
+        if how is Action.UNINSTALL_STUCK:
             await revision.release.uninstall(wait=False)
         else:
             await revision.release.rollback(wait=False)
         return await self._current(name, namespace)
 
-    async def _unchanged(
-        self, name: str, namespace: str, revision: Any, current: Mapping[str, Any], values: Mapping[str, Any]
-    ) -> ReleaseState | None:
-        """The current state if the release already runs the pinned chart with ``values``."""
+    def _plan(
+        self,
+        name: str,
+        namespace: str,
+        found: tuple[Any, dict[str, Any]] | None,
+        values: Mapping[str, Any],
+        reapply: Callable[[], bool] | None,
+    ) -> tuple[Action, ReleaseState | None]:
+        """Read what the plan needs of the release ``found`` (its state; its chart only when that
+        can still decide; whether to re-apply only when it is not pending), then plan."""
+        now = datetime.now(UTC)
+        if found is None:
+            return plan(None, None, None, values, self._chart_version, now, self._stuck_after), None
+        revision, current_values = found
         state = _state(name, namespace, revision)
-        if not state.deployed:
-            return None
-        metadata = await revision.chart_metadata()
-        if str(metadata.version) != self._chart_version:
-            return None
-        return replace(state, chart_version=str(metadata.version)) if _same(current, values) else None
+        chart = str(_run(revision.chart_metadata()).version) if chart_matters(state, current_values, values) else None
+        again = reapply is not None and not state.pending and reapply()
+        action = plan(state, current_values, chart, values, self._chart_version, now, self._stuck_after, again)
+        return action, (replace(state, chart_version=chart) if chart is not None else state)
 
     def install_or_upgrade(
         self,
@@ -260,13 +263,18 @@ class Helm:
                     guard(None if found is None else found[1])
                 if keep is not None:
                     values = keep(values, None if found is None else found[1])
-                if found is not None and _state(name, namespace, found[0]).pending:
-                    found = _run(self._recover(name, namespace, found[0]))
-                if found is not None and not (reapply is not None and reapply()):
-                    unchanged = _run(self._unchanged(name, namespace, found[0], found[1], values))
-                    if unchanged is not None:
-                        outcome.append("unchanged")
-                        return unchanged
+                action, state = self._plan(name, namespace, found, values, reapply)
+                if action in (Action.UNINSTALL_STUCK, Action.ROLL_BACK_STUCK) and found is not None:
+                    found = _run(self._recover(name, namespace, found[0], action))
+                    action, state = self._plan(name, namespace, found, values, reapply)
+                if action is Action.WAIT and state is not None:
+                    raise TemporaryError(
+                        f"release {namespace}/{name} is {state.status}: another helm operation is in progress",
+                        retry_after=5,
+                    )
+                if action is Action.NOTHING and state is not None:
+                    outcome.append("unchanged")
+                    return state
                 chart = self.chart()
                 revision = _run(
                     self._client.install_or_upgrade_release(
@@ -340,17 +348,3 @@ def _state(name: str, namespace: str, revision: Any) -> ReleaseState:
         chart_version=str(meta.version) if meta is not None else "",
         updated=updated if updated is None or updated.tzinfo else updated.replace(tzinfo=UTC),
     )
-
-
-def stuck_verdict(state: ReleaseState, now: datetime, stuck_after: float) -> str | None:
-    """How to recover a pending release (``uninstall`` or ``rollback``), None if it is not stuck
-    (not pending, or younger than ``stuck_after``: another operation may still be running)."""
-    if not state.pending:
-        return None
-    if state.updated is not None and (now - state.updated).total_seconds() < stuck_after:
-        return None
-    return "uninstall" if state.status in ("pending-install", "uninstalling") else "rollback"
-
-
-def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

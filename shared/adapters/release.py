@@ -1,8 +1,8 @@
-"""A helm release's state, and helm's own record of it read from the API without a helm process.
+"""Helm's own record of a release, read from the API without a helm process.
 
-``ReleaseState`` is the value both readers give. ``shared.adapters.helm`` gets it from the helm CLI (after
-an install, or as ``helm status``); ``ReleaseRecords`` gets it from the record helm's default
-storage driver keeps: one Secret per revision, type ``helm.sh/release.v1``, named
+``ReleaseState`` (``shared.model.release``) is the value both readers give. ``shared.adapters.helm``
+gets it from the helm CLI (after an install, or as ``helm status``); ``ReleaseRecords`` gets it
+from the record helm's default storage driver keeps: one Secret per revision, type ``helm.sh/release.v1``, named
 ``sh.helm.release.v1.<release>.v<revision>``, labelled ``owner=helm``, ``name``, ``version`` (the
 revision), ``status`` and ``createdAt`` / ``modifiedAt`` (Unix seconds). ``helm status`` reads the
 same Secrets (by ``owner`` and ``name``) and reports the highest revision; so does
@@ -32,10 +32,7 @@ from datetime import UTC, datetime
 from typing import Final, Protocol
 
 from shared.errors import ReleaseTampered
-
-DEPLOYED: Final = "deployed"
-FAILED: Final = "failed"
-PENDING_STATES: Final = frozenset({"pending-install", "pending-upgrade", "pending-rollback", "uninstalling"})
+from shared.model.release import ReleaseState
 
 RECORD_OWNER: Final = "helm"
 RECORD_TYPE: Final = "helm.sh/release.v1"
@@ -44,24 +41,6 @@ _REVISION = re.compile(r"[1-9][0-9]*")
 # How much of a tampered history a message shows: the first Secrets, and the first labels of each.
 _SHOWN_SECRETS = 3
 _SHOWN_LABELS = 8
-
-
-@dataclass(frozen=True)
-class ReleaseState:
-    name: str
-    namespace: str
-    revision: int
-    status: str
-    chart_version: str
-    updated: datetime | None = None
-
-    @property
-    def deployed(self) -> bool:
-        return self.status == DEPLOYED
-
-    @property
-    def pending(self) -> bool:
-        return self.status in PENDING_STATES
 
 
 class Releases(Protocol):

@@ -88,13 +88,13 @@ from kubernetes import config as k8s_config
 from functions import check_ready, cleanup, dead_letter, install, notify_api, resync, router, store_kubeconfig
 from shared.adapters.kube import Kube
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.adapters.release import ReleaseState
 from shared.delivery import events
 from shared.delivery.http import MAX_BODY_BYTES
 from shared.errors import BadEvent
 from shared.model import event_types, lifecycle
 from shared.model.isolation import policy_objects
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE, KUBECONFIG_KEY
+from shared.model.release import ReleaseState
 from shared.model.tenant import FINALIZER, GROUP, KIND, PLURAL, VERSION, TenantRef
 from shared.runtime import Runtime
 from shared.settings import Settings

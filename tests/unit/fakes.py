@@ -29,7 +29,7 @@ from werkzeug.test import TestResponse
 
 from shared.adapters.helm import Guard, Keep
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.adapters.release import DEPLOYED, PENDING_STATES, RECORD_TYPE, ReleaseState, SecretMeta, record_name
+from shared.adapters.release import RECORD_TYPE, SecretMeta, record_name
 from shared.delivery import events
 from shared.delivery.senders import Review
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
@@ -38,6 +38,7 @@ from shared.model.cluster import Marker, NamespaceInfo, OwnedNamespace, Rollout,
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE, LABEL_OWNER_UID, VCLUSTER_CONFIG_KEY
 from shared.model.rbac import Role, RoleBinding
+from shared.model.release import DEPLOYED, PENDING_STATES, ReleaseState
 from shared.model.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
 from shared.observability import tracing
 from shared.runtime import Runtime
