@@ -53,10 +53,11 @@ from shared.adapters.kubeopera_api import CloudSpaceUpdate
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import BadEvent, CleanupStalled, NamespaceTerminating, NotReadyYet, ReleaseTampered
-from shared.model import event_types, lifecycle
+from shared.model import deletion, event_types, lifecycle
 from shared.model.cluster import NamespaceInfo
+from shared.model.deletion import Do, Progress
 from shared.model.naming import LABEL_OWNER_UID, LABEL_TENANT_ID, TenantNames, tenant_name_in
-from shared.model.ownership import Claim, Verdict, judge, legacy_namespace_labels, legacy_secret_labels
+from shared.model.ownership import Verdict, judge, legacy_namespace_labels, legacy_secret_labels
 from shared.model.tenant import (
     Phase,
     StatusUpdate,
@@ -77,10 +78,6 @@ from shared.steps.reconcile import mark_failed, write_status
 NAME = "cleanup"
 CLEANUP_FAILED = lifecycle.CLEANUP_FAILED
 log = logging.getLogger(__name__)
-
-
-def owned(verdict: Verdict) -> bool:
-    return verdict.claim in (Claim.OURS, Claim.ADOPT)
 
 
 def handle(
@@ -130,30 +127,26 @@ def _clean(
             ),
         )
     names = tenant.spec.names
-    waiting = []
-
     namespace = kube.get_namespace(names.namespace)
-    verdict = judge(None if namespace is None else namespace.labels, tenant, legacy_namespace_labels(tenant))
-    if namespace is not None and owned(verdict):
-        if not namespace.terminating:
-            _uninstall(kube, helm, settings, tenant)
-            kube.delete_namespace(names.namespace)
-            log.info("namespace deletion started", extra={"namespace": names.namespace})
-        remaining = f" ({namespace.remaining})" if namespace.remaining else ""
-        waiting.append(f"namespace {names.namespace} to be deleted{remaining}")
-    elif namespace is not None:
-        _left_alone(kube, tenant, str(claims.namespace_thing(tenant)), verdict)
-
+    namespace_verdict = judge(None if namespace is None else namespace.labels, tenant, legacy_namespace_labels(tenant))
     secret = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
-    verdict = judge(None if secret is None else secret.labels, tenant, legacy_secret_labels(tenant))
-    if secret is not None and owned(verdict):
+    secret_verdict = judge(None if secret is None else secret.labels, tenant, legacy_secret_labels(tenant))
+    todo = deletion.plan(names.namespace, namespace, namespace_verdict, secret is not None, secret_verdict)
+
+    if todo.namespace is Do.DELETE:
+        _uninstall(kube, helm, settings, tenant)
+        kube.delete_namespace(names.namespace)
+        log.info("namespace deletion started", extra={"namespace": names.namespace})
+    elif todo.namespace is Do.LEAVE:
+        _left_alone(kube, tenant, str(claims.namespace_thing(tenant)), namespace_verdict)
+    if todo.secret is Do.DELETE and secret is not None:
         kube.delete_secret(settings.tenant_namespace, names.kubeconfig_secret, secret.resource_version)
         log.info("kubeconfig Secret deleted", extra={"secret": names.kubeconfig_secret})
-    elif secret is not None:
-        _left_alone(kube, tenant, str(claims.secret_thing(tenant, settings.tenant_namespace)), verdict)
+    elif todo.secret is Do.LEAVE:
+        _left_alone(kube, tenant, str(claims.secret_thing(tenant, settings.tenant_namespace)), secret_verdict)
 
-    if waiting:
-        return _wait(kube, settings, tenant, event, "waiting for " + ", ".join(waiting))
+    if not todo.done:
+        return _wait(kube, settings, tenant, event, "waiting for " + todo.waiting_for)
     _retained_volumes(kube, settings, tenant)
     claims.release_cloud_space(kube, tenant)
     kube.record_event(tenant, TenantEvent("Normal", "CleanupFinished", "vCluster and stored kubeconfig removed"))
@@ -208,18 +201,18 @@ def _wait(kube: Cluster, settings: Settings, tenant: Tenant, event: BaseCloudEve
     when it has not changed for ``CLEANUP_STALL_SECONDS``; renew an event polled long enough;
     otherwise poll again after ``CLEANUP_POLL_SECONDS``."""
     now = utcnow()
-    if message != tenant.status.message:
+    moved, still = deletion.progress(
+        message, tenant.status.message, parse_time(tenant.status.last_synced_at), now, settings.cleanup_stall_seconds
+    )
+    if moved is Progress.MOVED:
         write_status(
             kube, tenant, StatusUpdate(phase=Phase.DELETING, fields={"message": message, "lastSyncedAt": rfc3339(now)})
         )
-    else:
-        since = parse_time(tenant.status.last_synced_at)
-        still = (now - since).total_seconds() if since else 0.0
-        if still > settings.cleanup_stall_seconds:
-            raise CleanupStalled(
-                f"nothing of the deletion moved for {still:.0f}s (CLEANUP_STALL_SECONDS="
-                f"{settings.cleanup_stall_seconds}): {message}"
-            )
+    elif moved is Progress.STALLED:
+        raise CleanupStalled(
+            f"nothing of the deletion moved for {still:.0f}s (CLEANUP_STALL_SECONDS="
+            f"{settings.cleanup_stall_seconds}): {message}"
+        )
     if events.renewal_due(event.get_time(), now, settings.cleanup_poll_seconds):
         log.info("renewing the poll event, so the broker's retry budget never ends it")
         return events.make(event_types.CLEANUP, NAME, tenant.ref)
