@@ -18,7 +18,7 @@ from flask import Flask
 
 from shared.adapters.kubeopera_api import CloudSpaceUpdate
 from shared.delivery.http import Step, function_app
-from shared.model import lifecycle
+from shared.model import health, lifecycle
 from shared.model.tenant import (
     COND_CALLBACK,
     COND_KUBECONFIG_STORED,
@@ -81,6 +81,7 @@ def handle(kube: Cluster, api: Callbacks, ref: TenantRef) -> BaseCloudEvent | No
                 Condition(COND_KUBECONFIG_STORED, "True", "Stored", names.kubeconfig_secret, tenant.generation),
                 callback,
                 Condition(COND_READY, "True", "VClusterReady", message, tenant.generation),
+                health.available(tenant.generation),  # check-ready has just seen it ready and answering
             ),
         ),
     )

@@ -51,7 +51,7 @@ import contextvars
 import enum
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -62,7 +62,8 @@ from flask import Flask
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
-from shared.model import event_types, lifecycle
+from shared.model import event_types, health, lifecycle
+from shared.model.cluster import Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name_in
 from shared.model.ownership import orphaned_by
@@ -103,6 +104,7 @@ class Drift:
     policies_missing: tuple[str, ...] = ()  # the chart's namespace policies that are gone
     granted: bool = True  # False: the reads in the Tenant's namespace were refused (the rest unknown)
     expires: datetime | None = None  # when the exported kubeconfig's client certificate expires
+    rollout: Rollout | None = None  # the StatefulSet as its controller reports it (health.availability)
 
     def reinstall_reason(self, tenant: Tenant) -> str:
         names = tenant.spec.names
@@ -189,7 +191,7 @@ def observe(kube: Cluster, settings: Settings, tenant: Tenant, policies: set[tup
     once a pass) for what the chart rendered in its namespace."""
     names = tenant.spec.names
     try:  # through the Role install makes in the namespace (shared.steps.access)
-        present = kube.get_rollout(names.namespace, names.release) is not None
+        rollout = kube.get_rollout(names.namespace, names.release)
         written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     except Forbidden as err:
         refused = {"tenant": tenant.key, "error": str(err)}
@@ -199,7 +201,13 @@ def observe(kube: Cluster, settings: Settings, tenant: Tenant, policies: set[tup
     current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in policies)
     expires = certificates.client_certificate_expiry(written) if written is not None else None
-    return Drift(release_present=present, kubeconfig_current=current, policies_missing=missing, expires=expires)
+    return Drift(
+        release_present=rollout is not None,
+        kubeconfig_current=current,
+        policies_missing=missing,
+        expires=expires,
+        rollout=rollout,
+    )
 
 
 def resync(kube: Cluster, sink: EventSender, settings: Settings, now: datetime | None = None) -> dict[str, int]:
@@ -224,6 +232,7 @@ def resync(kube: Cluster, sink: EventSender, settings: Settings, now: datetime |
                 sink.send(each)  # the broker down is every Tenant's failure: the tick is re-delivered
         counts[action.name] = counts.get(action.name, 0) + 1
     counts.update(orphans(kube, sink, settings, tenants, moment))
+    counts.update(keep_available(kube, tenants, drifts))
     count_phases(tenants)
     count_expiring([d.expires for d in drifts.values() if d.expires is not None], moment)
     for key, drift in sorted(drifts.items()):
@@ -234,6 +243,34 @@ def resync(kube: Cluster, sink: EventSender, settings: Settings, now: datetime |
             )
     log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
     return counts
+
+
+def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str, Drift]) -> dict[str, int]:
+    """``VClusterAvailable`` of each observed Tenant, as its StatefulSet says now (``shared.model.health``):
+    written, with an Event, only where it changed; ``kubeopera_tenant_vclusters{available}`` counted.
+    A Tenant whose write fails is left for the next pass (logged), as a re-drive is."""
+    by_state = {"true": 0, "false": 0}
+    changed = 0
+    for tenant in tenants:
+        drift = drifts.get(tenant.key)
+        if drift is None or drift.rollout is None:
+            continue
+        wanted = health.availability(drift.rollout, tenant.generation)
+        by_state[wanted.status.lower()] += 1
+        if not health.changed(tenant, wanted):
+            continue
+        with logs.bind(tenant=tenant.key):
+            try:
+                write_status(kube, tenant, StatusUpdate(conditions=(wanted,)))
+            except TenantError as err:
+                log.warning("availability not written; the next pass tries again", extra={"error": str(err)})
+                continue
+            kube.record_event(tenant, health.event_for(wanted))
+            log.info("vCluster availability changed", extra={"available": wanted.status, "reason": wanted.reason})
+            changed += 1
+    for state, count in by_state.items():
+        metrics.VCLUSTERS.labels(state).set(count)
+    return {"AVAILABILITY": changed} if changed else {}
 
 
 def orphans(

@@ -32,6 +32,8 @@ COND_READY = "Ready"
 COND_RELEASE_INSTALLED = "ReleaseInstalled"
 COND_KUBECONFIG_STORED = "KubeconfigStored"
 COND_CALLBACK = "CallbackDelivered"
+# Whether a Ready Tenant's vCluster works now (shared.model.health), kept after Ready by resync.
+COND_AVAILABLE = "VClusterAvailable"
 
 
 class Phase(enum.StrEnum):

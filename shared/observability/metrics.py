@@ -115,6 +115,12 @@ CALLBACKS = Counter(
     "kubeopera-api callbacks by outcome (delivered or failed)",
     ["outcome"],
 )
+VCLUSTERS = Gauge(
+    "kubeopera_tenant_vclusters",
+    "Ready Tenants' vClusters by whether they work now (condition VClusterAvailable), as resync's last tick read them",
+    ["available"],
+    multiprocess_mode="livemostrecent",
+)
 TENANTS = Gauge(
     "kubeopera_tenants",
     "Tenants by phase, as resync counted them on its last tick",

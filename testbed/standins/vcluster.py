@@ -42,7 +42,10 @@ boots, but its API has no ``kubernetes`` Service and no cluster DNS.
 Faults, by regular expressions on the release name: ``--never-boot`` (never comes up),
 ``--api-down`` (boots, writes its Secret, but its API refuses every connection) and
 ``--short-names`` (its certificate ignores ``controlPlane.proxy.extraSANs``, as the chart's default
-certificate does).
+certificate does). And one a test switches on and off while the vCluster runs: the annotation
+``standin.kubeopera.io/control-plane: not-ready`` on its StatefulSet makes the stand-in report no
+ready pod (``readyReplicas`` 0, as the StatefulSet controller reports a crash-looping pod); without
+it the pod is ready again.
 
 Run: ``python -m testbed.standins.vcluster --kubeconfig PATH --boot-seconds 20 --api-port 0``.
 """
@@ -82,6 +85,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SERVER = "https://localhost:8443"
 RELEASE_SELECTOR = "owner=helm,status=deployed"
+# On a booted vCluster's StatefulSet, "not-ready" takes its control plane down until it is removed.
+CONTROL_PLANE_ANNOTATION = "standin.kubeopera.io/control-plane"
 SELECTOR = "app=vcluster"  # the chart's StatefulSet
 TEN_YEARS = timedelta(days=3650)  # what vcluster 0.21.2 gives its CA and the exported client certificate
 ADMIN_USER, ADMIN_GROUP = "kube-admin", "system:masters"
@@ -290,7 +295,10 @@ class VClusterStandIn:
             key = (uid, generation)
             self._first_seen.setdefault(key, moment)
             life = self._lives.get(uid)
-            if life is not None and generation in life.booted or moment - self._first_seen[key] < self._boot_seconds:
+            if life is not None and generation in life.booted:
+                self._keep_readiness(namespace, release, sts)
+                continue
+            if moment - self._first_seen[key] < self._boot_seconds:
                 continue
             if self._faults.matches("never_boot", release):
                 continue
@@ -308,6 +316,20 @@ class VClusterStandIn:
                 extra={"namespace": namespace, "release": release, "generation": generation, "server": server},
             )
         return written
+
+    def _keep_readiness(self, namespace: str, release: str, sts: Any) -> None:
+        """A booted vCluster's pod ready, or not while ``CONTROL_PLANE_ANNOTATION`` says ``not-ready``."""
+        replicas = sts.spec.replicas if sts.spec.replicas is not None else 1
+        down = (sts.metadata.annotations or {}).get(CONTROL_PLANE_ANNOTATION) == "not-ready"
+        wanted = 0 if down else replicas
+        if int((sts.status.ready_replicas if sts.status else 0) or 0) == wanted:
+            return
+        status = {"readyReplicas": wanted, "availableReplicas": wanted}
+        self._apps.patch_namespaced_stateful_set_status(release, namespace, {"status": status})
+        log.info(
+            "control plane down" if down else "control plane ready again",
+            extra={"namespace": namespace, "release": release, "readyReplicas": wanted},
+        )
 
     def _boot(self, namespace: str, release: str, sts: Any) -> str | None:
         """Report the generation rolled out and ready, then write ``vc-<release>`` as vcluster

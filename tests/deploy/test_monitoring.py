@@ -37,6 +37,7 @@ EXPECTED_ALERTS = {
     "KubeoperaTenantFunctionErrors",
     "KubeoperaTenantDeadLetters",
     "KubeoperaTenantKubeconfigExpiring",
+    "KubeoperaTenantVClusterUnavailable",
 }
 SEVERITIES = {"info", "warning", "critical"}
 

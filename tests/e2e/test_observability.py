@@ -3,8 +3,9 @@
 One stack whose functions run with two gunicorn workers each (``GUNICORN_WORKERS=2``: the
 deliveries of one function land on either worker), provisions a Tenant, and compares what each
 function's ``/metrics`` says with what the broker really delivered to it, read off the wire by the
-test bed's service proxy. Last, every metric that deploy/monitoring's alerts and dashboard read
-must be one the functions really export.
+test bed's service proxy. Every metric that deploy/monitoring's alerts and dashboard read must be
+one the functions really export. Last, the Tenant's vCluster goes down after Ready and comes back
+(the stand-in's fault), and the condition, Event, column and gauge follow it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.monitoring import monitored_metric_names  # tests/deploy/monitoring.py
 from shared.adapters.kube import Kube
-from testbed.local.stack import Stack, StackOptions, start_stack
+from shared.model.tenant import COND_AVAILABLE
+from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
+from testbed.standins.vcluster import CONTROL_PLANE_ANNOTATION
 
-from .support import phase_of, tenant_yaml, wait_for
+from .support import phase_of, tenant_events, tenant_yaml, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +132,59 @@ def test_every_metric_the_alerts_and_dashboard_read_is_exported(pipeline: Stack,
         exported |= set(scrape(url))
     missing = {name: sorted(where) for name, where in monitored_metric_names().items() if name not in exported}
     assert missing == {}
+
+
+def available(kube: Kube, name: str) -> tuple[str, str] | None:
+    tenant = kube.get_tenant(TENANT_NAMESPACE, name)
+    condition = tenant.status.condition(COND_AVAILABLE) if tenant is not None else None
+    return None if condition is None else (condition.status, condition.reason)
+
+
+def control_plane(pipeline: Stack, kube: Kube, name: str, state: str | None) -> None:
+    """The stand-in's fault switched: ``not-ready`` takes the vCluster's pod down, None brings it back."""
+    annotation = CONTROL_PLANE_ANNOTATION + (f"={state}" if state else "-")
+    pipeline.kubectl("annotate", "statefulset", f"vc-{name}", "-n", f"vcluster-{name}", "--overwrite", annotation)
+    want = 0 if state else 1
+    wait_for(
+        f"vc-{name} with {want} ready pod(s)",
+        lambda: (r := kube.get_rollout(f"vcluster-{name}", f"vc-{name}")) is not None and r.ready_replicas == want,
+        timeout=30,
+    )
+
+
+def test_a_vcluster_that_goes_down_after_ready_is_said_unavailable_and_available_again(
+    pipeline: Stack, kube: Kube, olive: str
+) -> None:
+    """Truth after Ready: the condition, its Event, the column, the gauge the alert reads, and
+    ``kubectl wait`` on both conditions; resync's tick is sent by the test (Stack.tick)."""
+    assert available(kube, olive) == ("True", "ControlPlaneReady")  # written with Ready
+    pipeline.kubectl("wait", "--for=condition=Ready", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=10s")
+
+    control_plane(pipeline, kube, olive, "not-ready")
+    pipeline.tick()
+    assert pipeline.watch.wait_idle(timeout=30)
+    pipeline.kubectl(
+        "wait", "--for=condition=VClusterAvailable=False", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=30s"
+    )
+    assert available(kube, olive) == ("False", "ControlPlaneNotReady")
+    tenant = kube.get_tenant(TENANT_NAMESPACE, olive)
+    assert tenant is not None and tenant.status.phase == "Ready"  # the phase says what provisioning reached
+    down = [e for e in tenant_events(pipeline, olive) if e["reason"] == "VClusterUnavailable"]
+    assert [e["type"] for e in down] == ["Warning"]
+    assert "no pod of the vCluster's control plane is ready (0/1 ready)" in down[0]["message"]
+    printed = pipeline.kubectl("get", "kt", olive, "-n", TENANT_NAMESPACE).split("\n")
+    assert printed[0].split()[4] == "AVAILABLE" and printed[1].split()[4] == "False", printed
+    resync = scrape(pipeline.function_urls["tenant-resync"])
+    assert total(resync, "kubeopera_tenant_vclusters", available="false") == 1
+    assert total(resync, "kubeopera_tenant_vclusters", available="true") == 0
+
+    control_plane(pipeline, kube, olive, None)
+    pipeline.tick()
+    assert pipeline.watch.wait_idle(timeout=30)
+    pipeline.kubectl(
+        "wait", "--for=condition=VClusterAvailable=True", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=30s"
+    )
+    assert available(kube, olive) == ("True", "ControlPlaneReady")
+    assert [e["reason"] for e in tenant_events(pipeline, olive)][-1] == "VClusterAvailable"
+    resync = scrape(pipeline.function_urls["tenant-resync"])
+    assert total(resync, "kubeopera_tenant_vclusters", available="true") == 1

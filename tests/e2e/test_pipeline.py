@@ -125,8 +125,8 @@ def test_example_tenant_ends_ready_with_everything_the_operator_did(pipeline: St
         "status": "active",
     }
     printed = pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE)
-    assert printed.split("\n")[0].split() == ["NAME", "PHASE", "VCLUSTER", "NAMESPACE", "AGE"]
-    assert "alice-default   Ready   vc-alice-default   vcluster-alice-default" in printed
+    assert printed.split("\n")[0].split() == ["NAME", "PHASE", "VCLUSTER", "NAMESPACE", "AVAILABLE", "AGE"]
+    assert "alice-default   Ready   vc-alice-default   vcluster-alice-default   True" in printed
 
 
 def test_readiness_poll_waits_15s_between_checks(pipeline: Stack, alice: Tenant) -> None:

@@ -1017,3 +1017,64 @@ def test_a_kubeconfig_without_a_readable_certificate_is_not_counted() -> None:
     now = datetime.now(UTC)
     assert expiry is not None and timedelta(days=4) < expiry - now <= timedelta(days=5)
     assert certificates.expiring([expiry, now - timedelta(days=1), now + timedelta(days=31)], now) == 2
+
+
+# VClusterAvailable: the truth after Ready (shared.model.health) ---------------------------------
+
+
+def availability_of(kube: FakeKube, name: str = "bob-dev") -> tuple[str, str]:
+    condition = live(kube, name).status.condition("VClusterAvailable")
+    assert condition is not None
+    return condition.status, condition.reason
+
+
+def vclusters_counted(available: str) -> float | None:
+    return REGISTRY.get_sample_value("kubeopera_tenant_vclusters", {"available": available})
+
+
+def test_a_ready_tenant_is_available_and_a_pass_keeps_it_so_without_a_write(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    ready(kube, helm)
+    assert availability_of(kube) == ("True", "ControlPlaneReady")  # written with Ready, by notify-api
+    writes = Counter(kube.writes)
+    assert resync(kube, sink, SETTINGS) == {}
+    assert kube.writes == writes
+    assert (vclusters_counted("true"), vclusters_counted("false")) == (1, 0)
+
+
+def test_a_control_plane_with_no_ready_pod_makes_it_unavailable_once_and_available_again(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    ready(kube, helm)
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 0, 1)  # its pod crash-loops
+    kube.journal.clear()
+
+    assert resync(kube, sink, SETTINGS) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("False", "ControlPlaneNotReady")
+    assert "no pod of the vCluster's control plane is ready (0/1 ready)" in live(kube).status.condition(
+        "VClusterAvailable"
+    ).message  # type: ignore[union-attr]
+    assert kube.event_reasons()[-1] == "VClusterUnavailable"
+    assert live(kube).status.phase == "Ready"  # the phase says what provisioning reached; it stays
+    assert (vclusters_counted("true"), vclusters_counted("false")) == (0, 1)
+    assert sink.sent == []  # nothing to re-drive: helm's release and the StatefulSet are there
+
+    writes = Counter(kube.writes)
+    assert resync(kube, sink, SETTINGS) == {}  # still down: said once
+    assert kube.writes == writes
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)
+    assert resync(kube, sink, SETTINGS) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("True", "ControlPlaneReady")
+    assert kube.event_reasons()[-1] == "VClusterAvailable"
+
+
+def test_a_ready_tenant_of_an_earlier_version_gets_the_condition_on_the_first_pass(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    ready(kube, helm)
+    stored = kube.tenants[(TENANT_NAMESPACE, "bob-dev")]
+    stored["status"]["conditions"] = [c for c in stored["status"]["conditions"] if c["type"] != "VClusterAvailable"]
+    assert resync(kube, sink, SETTINGS) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("True", "ControlPlaneReady")

@@ -1,0 +1,49 @@
+"""Whether a Ready Tenant's vCluster works now: the condition ``VClusterAvailable``, kept after Ready.
+
+Phase ``Ready`` (the original operator's) and the condition ``Ready`` say the vCluster was
+provisioned for the Tenant's generation and answered through its kubeconfig once. Neither changes
+when it stops working a week later. ``VClusterAvailable`` does: notify-api writes it True with
+Ready (check-ready has just seen the control plane ready and its API answer), and resync reads the
+vCluster's StatefulSet on every pass: no ready control-plane pod makes it False, reason
+``ControlPlaneNotReady``, and a ready one True again, reason ``ControlPlaneReady``. Each change is
+written once, with an Event (``VClusterUnavailable``, a Warning; ``VClusterAvailable``); a pass
+that finds nothing changed writes nothing. The phase stays Ready throughout: it says what
+provisioning reached, as the original defines it.
+"""
+
+from __future__ import annotations
+
+from shared.model.cluster import Rollout
+from shared.model.tenant import COND_AVAILABLE, Condition, Tenant, TenantEvent
+
+AVAILABLE = "ControlPlaneReady"
+UNAVAILABLE = "ControlPlaneNotReady"
+
+
+def available(generation: int, message: str = "the vCluster's control plane is ready") -> Condition:
+    return Condition(COND_AVAILABLE, "True", AVAILABLE, message, generation)
+
+
+def availability(rollout: Rollout, generation: int) -> Condition:
+    """The condition the vCluster's StatefulSet, as read, says: True while a control-plane pod is ready."""
+    if rollout.ready_replicas > 0:
+        return available(generation, f"the vCluster's control plane is ready ({rollout.ready_replicas} ready)")
+    return Condition(
+        COND_AVAILABLE,
+        "False",
+        UNAVAILABLE,
+        f"no pod of the vCluster's control plane is ready ({rollout.ready_replicas}/{rollout.replicas} ready)",
+        generation,
+    )
+
+
+def changed(tenant: Tenant, wanted: Condition) -> bool:
+    """Whether the Tenant says otherwise (another status or reason, or nothing yet)."""
+    current = tenant.status.condition(COND_AVAILABLE)
+    return current is None or (current.status, current.reason) != (wanted.status, wanted.reason)
+
+
+def event_for(condition: Condition) -> TenantEvent:
+    if condition.status == "True":
+        return TenantEvent("Normal", "VClusterAvailable", condition.message)
+    return TenantEvent("Warning", "VClusterUnavailable", condition.message)
