@@ -16,7 +16,7 @@ import yaml
 
 from shared.adapters.kube import Kube
 from shared.model import lifecycle
-from shared.model.tenant import Tenant
+from shared.model.tenant import Tenant, rfc3339
 from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack
 from testbed.processes import run
@@ -246,6 +246,20 @@ def poll_quiet(kube: Kube, name: str, poll: int = 1) -> None:
         return tenant is not None and lifecycle.poll_chain_lost(tenant, later, poll)
 
     wait_for(f"{name}'s poll quiet", quiet, timeout=(lifecycle.LOST_AFTER_POLLS + 1) * poll + 30, interval=0.2)
+
+
+def chain_heard_ago(pipeline: Stack, kube: Kube, name: str, seconds: float, poll: int) -> None:
+    """Write ``name``'s poll chain as last heard ``seconds`` ago (``lastSyncedAt`` and
+    ``lastPolledAt``, as a chain silent that long leaves them), instead of waiting that long for
+    resync to take it for lost: for a chain that ended (its last reply went nowhere), so that no
+    step writes those times meanwhile. Checks that resync's rule now takes it for lost."""
+    then = rfc3339(datetime.now(UTC) - timedelta(seconds=seconds))
+    patch = {"status": {"lastSyncedAt": then, "lastPolledAt": then}}
+    pipeline.kubectl(
+        "patch", "tenant", name, "-n", TENANT_NAMESPACE, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
+    tenant = kube.get_tenant(TENANT_NAMESPACE, name)
+    assert tenant is not None and lifecycle.poll_chain_lost(tenant, datetime.now(UTC), poll), tenant
 
 
 def completed_requests(pipeline: Stack, named: str = "") -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ import yaml
 from shared.adapters.kube import Kube
 from shared.adapters.vcluster_api import VClusterApi
 from shared.cli import main as cli_main
+from shared.model import lifecycle
 from shared.model.tenant import Tenant, parse_time
 from shared.model.values import vcluster_values
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
@@ -33,12 +34,12 @@ from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_p
 
 from .support import (
     announced,
+    chain_heard_ago,
     helm,
     kubectl_as,
     legacy_namespace,
     patch_tenant,
     phase_of,
-    poll_quiet,
     tenant_yaml,
     wait_for,
 )
@@ -455,7 +456,9 @@ def test_the_triggers_of_eventing_are_what_routes_events(pipeline: Stack, kube: 
     finally:
         pipeline.kubectl("apply", "-f", str(path))
     wait_for("the file's filter again", lambda: "nowhere" not in served_filters())
-    poll_quiet(kube, name, POLL_SECONDS)  # its chain ended at store-kubeconfig: resync takes it for lost
+    # Its chain ended at store-kubeconfig (the reply went nowhere): resync takes it for lost once
+    # quiet for LOST_AFTER_POLLS polls (90 s at 15 s), written here as passed rather than waited out.
+    chain_heard_ago(pipeline, kube, name, (lifecycle.LOST_AFTER_POLLS + 1) * POLL_SECONDS, POLL_SECONDS)
     pipeline.tick()
     wait_for(f"{name} Ready", lambda: phase_of(kube, name, "Ready"), timeout=60)
     assert pipeline.watch.wait_idle(60)

@@ -11,7 +11,7 @@ bytes as latin-1, so a header with invalid UTF-8 is one with characters 0x80-0xF
 **The world.** The Tenant CRD (``deploy/crd``), a fresh namespace the functions use as theirs
 (``Settings.tenant_namespace``; fresh rather than ``kubeopera-system`` so that resync, which
 passes over *every* Tenant of that namespace, sees only these) holding three real Tenants: one
-``Ready`` (generation 3, with its vCluster StatefulSet, the chart's namespace policies and its
+``Ready`` (generation 3, with its vCluster StatefulSet and its pod ready, the chart's namespace policies and its
 stored kubeconfig Secret, so nothing about it needs repair), one ``Provisioning`` (generation 2)
 and one being deleted (finalizer, ``deletionTimestamp``); and a decoy Tenant, named like the
 Ready one, in a second namespace.
@@ -827,6 +827,7 @@ def _seed(
                 condition("KubeconfigStored", "Stored"),
                 condition("CallbackDelivered", "Delivered"),
                 condition("Ready", "VClusterReady"),
+                condition("VClusterAvailable", "ControlPlaneReady"),
             ],
         },
         final=True,
@@ -879,6 +880,10 @@ def _seed(
             },
         },
     )
+    # ... with its pod ready, as the StatefulSet controller would report it (none runs here), so
+    # that resync finds the vCluster available, as the Tenant says (shared.model.health) ...
+    ready_pod = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": 1}
+    apps.patch_namespaced_stateful_set_status(f"vc-{ready_name}", vcluster_home, {"status": ready_pod})
     # ... and the chart's namespace policies, which resync looks for (shared.model.isolation)
     networking: Any = k8s.NetworkingV1Api(admin)
     for made_policy in policy_objects(f"vc-{ready_name}"):
