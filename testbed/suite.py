@@ -246,6 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.checks:
         return checks(sys.executable)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped like Ctrl-C: the groups too
+    # Started in the background by a non-interactive shell (CI, nohup), SIGINT is ignored, and the
+    # groups would inherit that: they could not be stopped with their stacks torn down, and the
+    # suite's interrupt left them running (found stopping a CI run). Handled here, the groups start
+    # with SIGINT at its default and stop as pytest does on Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     plan(GROUPS)
     groups = [g for g in GROUPS if (not args.only or g.name in args.only) and not (args.no_cluster and g.cluster)]
     if unknown := set(args.only) - {g.name for g in GROUPS}:

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import pyhelm3
 from pyhelm3 import errors as helm_errors
 
-from shared.errors import PermanentError, TemporaryError
+from shared.errors import PermanentError, TemporaryError, WorkInHand
 from shared.model.release import Action, ReleaseState, chart_matters, plan
 from shared.observability import metrics, timing, tracing
 from shared.settings import HELM_KILL_AFTER_SECONDS
@@ -268,7 +268,11 @@ class Helm:
                     found = _run(self._recover(name, namespace, found[0], action))
                     action, state = self._plan(name, namespace, found, values, reapply)
                 if action is Action.WAIT and state is not None:
-                    raise TemporaryError(
+                    # In hand, not failed: a helm operation on the release is under way (or died
+                    # young, and is recovered once stuck). If the broker gives up on this delivery
+                    # first, dead-letter does not fail the Tenant for it; the provision timeout
+                    # and resync's re-drive still bound it.
+                    raise WorkInHand(
                         f"release {namespace}/{name} is {state.status}: another helm operation is in progress",
                         retry_after=5,
                     )

@@ -32,7 +32,7 @@ from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.adapters.release import RECORD_TYPE, SecretMeta, record_name
 from shared.delivery import events
 from shared.delivery.senders import Review
-from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone
+from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone, WorkInHand
 from shared.model import event_types
 from shared.model.cluster import Marker, NamespaceInfo, OwnedNamespace, Rollout, StoredSecret, Volume
 from shared.model.isolation import PolicyObject, policy_objects
@@ -663,7 +663,8 @@ class FakeHelm:
         if keep is not None:
             values = keep(values, None if current is None else copy.deepcopy(current["values"]))
         if current is not None and current["status"] in PENDING_STATES:
-            raise TemporaryError(f"release {namespace}/{name} is {current['status']}", retry_after=5)
+            busy = f"release {namespace}/{name} is {current['status']}: another helm operation is in progress"
+            raise WorkInHand(busy, retry_after=5)
         if (
             current is not None
             and current["status"] == DEPLOYED
