@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared.model.cluster import NamespaceInfo
-from shared.model.ownership import Claim, Verdict
+from shared.model.ownership import Verdict
 
 
 class Do(enum.Enum):
@@ -26,11 +26,6 @@ class Do(enum.Enum):
     DELETE = "delete"  # ours: for the namespace, uninstall the release first
     WAIT = "wait"  # ours, and already being deleted
     LEAVE = "leave"  # someone else's: left alone, with a Warning Event saying whose
-
-
-def owned(verdict: Verdict) -> bool:
-    """The Tenant's own (its labels), or its own from before ownership labels (adopted)."""
-    return verdict.claim in (Claim.OURS, Claim.ADOPT)
 
 
 @dataclass(frozen=True)
@@ -54,11 +49,11 @@ def plan(
     """The deletion's next step for both objects, from what was read of them."""
     if namespace is None:
         on_namespace = Do.NOTHING
-    elif not owned(namespace_verdict):
+    elif not namespace_verdict.owned:
         on_namespace = Do.LEAVE
     else:
         on_namespace = Do.WAIT if namespace.terminating else Do.DELETE
-    on_secret = (Do.DELETE if owned(secret_verdict) else Do.LEAVE) if secret_present else Do.NOTHING
+    on_secret = (Do.DELETE if secret_verdict.owned else Do.LEAVE) if secret_present else Do.NOTHING
     waiting = ""
     if on_namespace in (Do.DELETE, Do.WAIT) and namespace is not None:
         remaining = f" ({namespace.remaining})" if namespace.remaining else ""

@@ -83,6 +83,11 @@ class Verdict:
         """This Tenant may act on the object (create, change or delete it)."""
         return self.claim in (Claim.FREE, Claim.OURS, Claim.ADOPT)
 
+    @property
+    def owned(self) -> bool:
+        """The object exists and is this Tenant's: by its labels, or from before them (adopted)."""
+        return self.claim in (Claim.OURS, Claim.ADOPT)
+
 
 @dataclass(frozen=True)
 class Thing:
