@@ -57,7 +57,7 @@ unit: $(BIN)/.installed
 # cluster tier), each in a private network namespace of its own (tools/isolated): Knative's channel
 # dispatcher takes the fixed ports 8080/8443, so two stacks, or a `make run`, never collide.
 # ARGS go to the runner (--only GROUP, --jobs N, --no-cluster), the rest of them to every group's
-# pytest; SUITE_JOBS (3) is how many groups run at once.
+# pytest; SUITE_JOBS (4) is how many groups run at once.
 test: tools tools-cluster
 	$(BIN)/python -m testbed.suite $(ARGS)
 

@@ -36,6 +36,14 @@ class Manifests:
     crds: tuple[Obj, ...]
     objects: tuple[Obj, ...]
 
+    @classmethod
+    def together(cls, *parts: Manifests) -> Manifests:
+        """Several parts as one install: every CRD first, then every object, each in its order."""
+        return cls(
+            crds=tuple(doc for part in parts for doc in part.crds),
+            objects=tuple(doc for part in parts for doc in part.objects),
+        )
+
     def all(self) -> list[Obj]:
         """CRDs then objects, as one list."""
         return [*self.crds, *self.objects]

@@ -21,6 +21,7 @@ is killed), and finally the machine is put back as :mod:`testbed.node.host` reco
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import time
@@ -125,16 +126,20 @@ def _recover() -> None:
 def _run(tools: ClusterToolchain, dirs: NodeDirs, supervisor: Supervisor, images: Sequence[Path]) -> Iterator[Node]:
     containerd, ctr = start_containerd(dirs, supervisor)
     try:
-        for image in images:
-            ctr("image", "import", str(image), timeout=300)
-        with start_control_plane(
-            tools.base,
-            dirs.control_plane,
-            supervisor=supervisor,
-            extra_apiserver_args=_apiserver_args(dirs),
-            controllers=CONTROLLERS,
-            extra_controller_manager_args=_controller_manager_args(dirs),
-        ) as cp:
+        # The images go into containerd while the control plane starts: the kubelet, started
+        # after both, finds them there.
+        with (
+            _importing(ctr, images) as imported,
+            start_control_plane(
+                tools.base,
+                dirs.control_plane,
+                supervisor=supervisor,
+                extra_apiserver_args=_apiserver_args(dirs),
+                controllers=CONTROLLERS,
+                extra_controller_manager_args=_controller_manager_args(dirs),
+            ) as cp,
+        ):
+            imported.result()
             node = Node(control_plane=cp, ctr=ctr, dirs=dirs, supervisor=supervisor)
             with contextlib.ExitStack() as components:
                 bins = tools.kube_node
@@ -151,6 +156,25 @@ def _run(tools: ClusterToolchain, dirs: NodeDirs, supervisor: Supervisor, images
     finally:
         ctr.empty(wait=0)
         supervisor.stop(containerd)
+
+
+# Imports at once: their time is mostly writing 1.4 GB into containerd's content store. Measured
+# idle (tools/isolated, the catalog's 18 images): one at a time 33 s, two 26 s, three 24 s, six 31 s.
+IMPORTS = 2
+
+
+@contextlib.contextmanager
+def _importing(ctr: Ctr, images: Sequence[Path]) -> Iterator[concurrent.futures.Future[None]]:
+    """The images imported into containerd in the background, :data:`IMPORTS` at a time; the
+    future says when they all are."""
+
+    def import_all() -> None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=IMPORTS, thread_name_prefix="image-import") as each:
+            for done in [each.submit(ctr, "image", "import", str(image), timeout=300) for image in images]:
+                done.result()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="images") as pool:
+        yield pool.submit(import_all)
 
 
 def _wait_ready(node: Node, timeout: float = 120.0) -> None:

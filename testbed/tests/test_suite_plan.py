@@ -34,6 +34,48 @@ def test_a_module_in_no_group_or_in_two_is_refused(tmp_path: Path) -> None:
         suite.plan(twice, (tmp_path / "tests",), tmp_path)
 
 
+def _starts(groups: tuple[suite.Group, ...], jobs: int) -> list[list[str]]:
+    """The order the runner starts ``groups`` in, as waves: what starts at once, then what starts
+    as each running group ends (the earliest started ending first)."""
+    todo = sorted(groups, key=lambda g: -g.weight)
+    running: list[suite.Group] = []
+    waves: list[list[str]] = []
+    while todo:
+        wave = []
+        while (group := suite.next_group(todo, running, jobs)) is not None:
+            todo.remove(group)
+            running.append(group)
+            wave.append(group.name)
+        waves.append(wave)
+        running.pop(0)
+    return waves
+
+
+def test_at_most_one_stack_runs_beside_the_cluster_tier() -> None:
+    waves = _starts(suite.GROUPS, jobs=4)
+    by_name = {g.name: g for g in suite.GROUPS}
+    assert waves[0] == ["cluster", "e2e-pipeline", "integration"], "the light groups fill the place of a second stack"
+    running: list[str] = []
+    for wave in waves:
+        running = [*running[1:], *wave] if running else wave
+        if "cluster" in running:
+            assert sum(by_name[name].stack for name in running) <= suite.STACKS_BESIDE_CLUSTER, running
+    assert sorted(name for wave in waves for name in wave) == sorted(by_name)
+
+
+def test_a_group_waits_for_its_slots_and_for_the_cluster_tier_s_neighbours() -> None:
+    cluster = suite.Group("cluster", weight=9, cluster=True, slots=2)
+    a, b = suite.Group("a", weight=8, stack=True), suite.Group("b", weight=7, stack=True)
+    light = suite.Group("light", weight=1)
+    assert suite.next_group([cluster, a, b, light], [], jobs=4) is cluster
+    assert suite.next_group([a, b, light], [cluster], jobs=4) is a
+    assert suite.next_group([b, light], [cluster, a], jobs=4) is light, "b is a second stack beside the cluster"
+    assert suite.next_group([b], [cluster, a, light], jobs=4) is None, "no slot"
+    assert suite.next_group([b], [a, light], jobs=4) is b, "without the cluster tier, stacks side by side"
+    assert suite.next_group([cluster], [a, b], jobs=4) is None, "two stacks running: the cluster tier waits"
+    assert suite.next_group([cluster], [], jobs=1) is cluster, "a group wider than jobs runs alone"
+
+
 def test_counts_come_from_the_closing_line_only() -> None:
     output = "\n".join(
         [
