@@ -16,6 +16,8 @@ helm          one Tenant at a time: raw helm against the install function and th
               (``bench.helm``)
 readiness     what proving Ready costs: check-ready's probe of a vCluster's API through its
               kubeconfig (``bench.readiness``)
+ready-after   from vcluster's Secret written to the Tenant Ready, with vcluster-source's events
+              and with the poll alone (``bench.ready_after``)
 ============  ===================================================================================
 
 ``python -m bench.startup`` (the stack's own start), ``python -m bench.tracing`` (what tracing
@@ -35,7 +37,7 @@ Benchmark = Callable[[Sequence[str]], list[Table]]
 
 
 def benchmarks() -> dict[str, Benchmark]:
-    from . import burst, coldstart, helm, readiness, resync
+    from . import burst, coldstart, helm, readiness, ready_after, resync
 
     return {
         "burst": burst.main,
@@ -43,6 +45,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "resync": resync.main,
         "helm": helm.main,
         "readiness": readiness.main,
+        "ready-after": ready_after.main,
     }
 
 

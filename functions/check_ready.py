@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from cloudevents.core.base import BaseCloudEvent
@@ -59,7 +60,7 @@ from shared.model.tenant import (
 from shared.observability import metrics
 from shared.runtime import Cluster, Runtime
 from shared.settings import Settings
-from shared.steps import access
+from shared.steps import access, availability
 from shared.steps.reconcile import live_tenant, write_status
 
 NAME = "check-ready"
@@ -111,11 +112,16 @@ def waiting_for(
     return api_missing
 
 
-def _waiting_for(
-    kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str
-) -> tuple[str | None, str | None]:
-    """What the vCluster waits for, and whether that is its API through the kubeconfig (the
-    second item: what is missing there, else None)."""
+@dataclass(frozen=True)
+class Seen:
+    """The vCluster as one check saw it."""
+
+    waiting: str | None  # what it still waits for (``waiting_for``); None: ready
+    api_missing: str | None  # what its API lacks through the kubeconfig, when that is the wait
+    rolled_out: bool  # its control plane is up: what is left comes within seconds (the Secret, the API)
+
+
+def _see(kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str) -> Seen:
     rollout = kube.get_rollout(names.namespace, names.release) if release_status == DEPLOYED else None
     config = None
     if rollout is not None and rollout.done:
@@ -124,7 +130,20 @@ def _waiting_for(
         with access.granted_at_run_time(names.namespace):
             config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     api_missing = vcluster.missing(config) if config is not None else None
-    return waiting_for(release_status, rollout, config is not None, names, api_missing), api_missing
+    return Seen(
+        waiting_for(release_status, rollout, config is not None, names, api_missing),
+        api_missing,
+        rollout is not None and rollout.done,
+    )
+
+
+def _ready(tenant: Tenant, revision: int, moment: datetime) -> BaseCloudEvent:
+    names = tenant.spec.names
+    log.info("vCluster is ready", extra={"release": names.release, "revision": revision})
+    began = parse_time(tenant.status.last_synced_at)
+    if began is not None:
+        metrics.TIME_TO_READY.observe(max(0.0, (moment - began).total_seconds()))
+    return events.make(event_types.READY, NAME, tenant.ref)
 
 
 def _tell_polling(kube: Cluster, tenant: Tenant, api_missing: str | None, now: datetime, poll_seconds: int) -> None:
@@ -166,23 +185,83 @@ def handle(
         raise TemporaryError(f"helm release {names.namespace}/{names.release} does not exist (yet)", retry_after=5)
     if release.status == FAILED:
         raise PermanentError(f"helm release {names.release} revision {release.revision} failed")
-    waiting, api_missing = _waiting_for(kube, vcluster, names, release.status)
+    seen = _see(kube, vcluster, names, release.status)
     moment = now or utcnow()
-    if waiting is None:
-        log.info("vCluster is ready", extra={"release": names.release, "revision": release.revision})
-        began = parse_time(tenant.status.last_synced_at)
-        if began is not None:
-            metrics.TIME_TO_READY.observe(max(0.0, (moment - began).total_seconds()))
-        return events.make(event_types.READY, NAME, tenant.ref)
-    verdict = poll_verdict(tenant, waiting, settings, moment, event.get_time())
+    if seen.waiting is None:
+        return _ready(tenant, release.revision, moment)
+    verdict = poll_verdict(tenant, seen.waiting, settings, moment, event.get_time())
     if isinstance(verdict, TenantError):
         raise verdict
-    _tell_polling(kube, tenant, api_missing, moment, settings.ready_poll_seconds)
+    _tell_polling(kube, tenant, seen.api_missing, moment, settings.ready_poll_seconds)
     if verdict == Poll.RENEW:
-        log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": waiting})
+        log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": seen.waiting})
         return events.make(event_types.PROVISIONING, NAME, tenant.ref)
     metrics.READY_POLLS.inc()
-    raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
+    raise NotReadyYet(seen.waiting, retry_after=settings.ready_poll_seconds)
+
+
+# A look after the control plane rolled out asks again this often, for what vcluster does after its
+# pod is ready (it writes Secret vc-<release> then; its API may need a moment), for as long as
+# one poll interval from the change: the poll would see it by then anyway.
+LOOK_AGAIN_SECONDS = 1
+
+
+def look(
+    kube: Cluster,
+    releases: Releases,
+    settings: Settings,
+    event: BaseCloudEvent,
+    ref: TenantRef,
+    now: datetime | None = None,
+    *,
+    vcluster: VClusterProbe,
+) -> BaseCloudEvent | None:
+    """``io.kubeopera.tenant.vcluster.changed``: the Tenant's StatefulSet changed. A hint, not a
+    poll: it never fails a Tenant, writes nothing while provisioning, and starts no chain.
+
+    - Provisioning: the same check as the poll's; ready replies ``io.kubeopera.tenant.ready``
+      at once. Not ready but rolled out: ask again in ``LOOK_AGAIN_SECONDS`` (503), within one
+      poll interval of the change. Anything else is the poll's to wait for: 204.
+    - Ready: ``VClusterAvailable`` as the StatefulSet says now (``shared.steps.availability``).
+    """
+    tenant = live_tenant(kube, ref)
+    if tenant is None or tenant.deleting:
+        return None
+    names = tenant.spec.names
+    if tenant.status.phase == Phase.READY:
+        rollout = kube.get_rollout(names.namespace, names.release)
+        if rollout is not None:  # a StatefulSet gone is resync's: it re-installs the release
+            availability.keep(kube, tenant, rollout)
+        return None
+    if tenant.status.phase != Phase.PROVISIONING:
+        return None
+    with access.granted_at_run_time(names.namespace):
+        release = releases.release(names.release, names.namespace)
+    if release is None or release.status != DEPLOYED:
+        return None
+    seen = _see(kube, vcluster, names, release.status)
+    moment = now or utcnow()
+    if seen.waiting is None:
+        return _ready(tenant, release.revision, moment)
+    changed = event.get_time()
+    if seen.rolled_out and changed is not None and (moment - changed).total_seconds() < settings.ready_poll_seconds:
+        raise NotReadyYet(seen.waiting, retry_after=LOOK_AGAIN_SECONDS)
+    log.info("not ready at the vCluster's change; the poll waits on", extra={"waiting": seen.waiting})
+    return None
+
+
+def answer(
+    kube: Cluster,
+    releases: Releases,
+    settings: Settings,
+    event: BaseCloudEvent,
+    ref: TenantRef,
+    *,
+    vcluster: VClusterProbe,
+) -> BaseCloudEvent | None:
+    """The poll's event to ``handle``, the router's hint to ``look``."""
+    step = look if event.get_type() in lifecycle.CHECK_READY.hints else handle
+    return step(kube, releases, settings, event, ref, vcluster=vcluster)
 
 
 def create_app(runtime: Runtime | None = None) -> Flask:
@@ -195,8 +274,8 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         Step(
             name=NAME,
             namespace=rt.settings.tenant_namespace,
-            accepts=lifecycle.CHECK_READY.takes,
-            handle=lambda event, ref: handle(rt.kube, releases, rt.settings, event, ref, vcluster=vcluster),
+            accepts=lifecycle.CHECK_READY.accepts,
+            handle=lambda event, ref: answer(rt.kube, releases, rt.settings, event, ref, vcluster=vcluster),
             on_permanent=rt.mark_failed,
         ),
         rt.sender_check(),

@@ -18,7 +18,8 @@ Which step gave up is named by ``knativeerrordest`` when it names a function's S
 otherwise by the event's type; what its dead letter means is that step's row of
 ``shared.model.lifecycle.STEPS``: Failed with reason ``DeliveryFailed`` (install, check-ready,
 store-kubeconfig, notify-api), Failed with reason ``CleanupFailed`` (cleanup, resync's re-drive of
-it included), or nothing (the router: the change it could not route is re-driven by resync).
+it included), or nothing (the router: the change it could not route is re-driven by resync; a
+step's hint, such as check-ready's look at a changed vCluster: its poll goes on).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def handle(kube: Cluster, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEve
     step = failed_step(event)
     reason = failure_reason(event, step)
     dest = str(event.get_extension("knativeerrordest") or "")
-    if step is None or step.dead_letter == lifecycle.DeadLetter.NOTHING:
+    verdict = step.dead_letter_of(event.get_type()) if step is not None else lifecycle.DeadLetter.NOTHING
+    if verdict == lifecycle.DeadLetter.NOTHING:
         log.warning("dead letter of a step whose failure fails no Tenant; resync re-drives", extra={"reason": reason})
         return None
     if last_answer(event)[1].get(IN_HAND) is True:
@@ -124,7 +126,7 @@ def handle(kube: Cluster, event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEve
         log.info("dead letter of an install whose outcome is recorded since; not a failure", extra={"reason": reason})
         return None
     log.warning("dead-lettered event received", extra={"reason": reason, "destination": dest})
-    fail(kube, tenant, reason, reason=step.dead_letter.value)
+    fail(kube, tenant, reason, reason=verdict.value)
     return None
 
 

@@ -71,7 +71,7 @@ from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, Tena
 from shared.observability import logs, metrics
 from shared.runtime import Cluster, EventSender, Runtime
 from shared.settings import Settings
-from shared.steps import certificates
+from shared.steps import availability, certificates
 from shared.steps.reconcile import first_sight, mark_failed, write_status
 
 NAME = "resync"
@@ -255,19 +255,14 @@ def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str
         drift = drifts.get(tenant.key)
         if drift is None or drift.rollout is None:
             continue
-        wanted = health.availability(drift.rollout, tenant.generation)
-        by_state[wanted.status.lower()] += 1
-        if not health.changed(tenant, wanted):
-            continue
         with logs.bind(tenant=tenant.key):
             try:
-                write_status(kube, tenant, StatusUpdate(conditions=(wanted,)))
+                wanted, written = availability.keep(kube, tenant, drift.rollout)
             except TenantError as err:
+                wanted, written = health.availability(drift.rollout, tenant.generation), False
                 log.warning("availability not written; the next pass tries again", extra={"error": str(err)})
-                continue
-            kube.record_event(tenant, health.event_for(wanted))
-            log.info("vCluster availability changed", extra={"available": wanted.status, "reason": wanted.reason})
-            changed += 1
+        by_state[wanted.status.lower()] += 1
+        changed += written
     for state, count in by_state.items():
         metrics.VCLUSTERS.labels(state).set(count)
     return {"AVAILABILITY": changed} if changed else {}

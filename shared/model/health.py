@@ -3,8 +3,9 @@
 Phase ``Ready`` (the original operator's) and the condition ``Ready`` say the vCluster was
 provisioned for the Tenant's generation and answered through its kubeconfig once. Neither changes
 when it stops working a week later. ``VClusterAvailable`` does: notify-api writes it True with
-Ready (check-ready has just seen the control plane ready and its API answer), and resync reads the
-vCluster's StatefulSet on every pass: no ready control-plane pod makes it False, reason
+Ready (check-ready has just seen the control plane ready and its API answer); check-ready's look at
+each change of the vCluster's StatefulSet (vcluster-source), and resync's pass over every Tenant,
+keep it (``shared.steps.availability``): no ready control-plane pod makes it False, reason
 ``ControlPlaneNotReady``, and a ready one True again, reason ``ControlPlaneReady``. Each change is
 written once, with an Event (``VClusterUnavailable``, a Warning; ``VClusterAvailable``); a pass
 that finds nothing changed writes nothing. The phase stays Ready throughout: it says what

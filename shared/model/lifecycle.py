@@ -79,12 +79,30 @@ class Step:
     polls: bool = False  # answers 503 + Retry-After while it waits (the broker's re-delivery polls)
     redrive: str | None = None  # the event resync sends when this step's event was lost
     dead_letter: DeadLetter = DeadLetter.FAIL
+    # Event types it takes as a hint only, through a Trigger of its own (``<function>-hint``):
+    # losing one changes nothing (the step's own events, or resync, still come), so a dead-lettered
+    # hint fails no Tenant.
+    hints: frozenset[str] = frozenset()
+
+    @property
+    def accepts(self) -> frozenset[str]:
+        """Every event type the function answers: its Trigger's and its hint Trigger's."""
+        return self.takes | self.hints
+
+    @property
+    def hint_trigger(self) -> str | None:
+        """The name of the Trigger its hints come through, when it takes any."""
+        return f"{self.function}-hint" if self.hints else None
+
+    def dead_letter_of(self, event_type: str) -> DeadLetter:
+        """What the broker giving up on an event of ``event_type`` to this step means."""
+        return DeadLetter.NOTHING if event_type in self.hints else self.dead_letter
 
 
 ROUTER = Step(
     "tenant-router",
     takes=frozenset({event_types.APISERVER_ADD, event_types.APISERVER_UPDATE, event_types.APISERVER_DELETE}),
-    replies=frozenset({event_types.INSTALL, event_types.CLEANUP}),
+    replies=frozenset({event_types.INSTALL, event_types.CLEANUP, event_types.VCLUSTER_CHANGED}),
     dead_letter=DeadLetter.NOTHING,
 )
 INSTALL = Step(
@@ -99,6 +117,7 @@ CHECK_READY = Step(
     replies=frozenset({event_types.READY, event_types.PROVISIONING}),  # a fresh poll event: events.renewal_due
     polls=True,
     redrive=event_types.PROVISIONING,
+    hints=frozenset({event_types.VCLUSTER_CHANGED}),  # the router's, from the vCluster's StatefulSet
 )
 STORE_KUBECONFIG = Step(
     "tenant-store-kubeconfig",
@@ -128,7 +147,7 @@ STEPS: Final = (ROUTER, INSTALL, CHECK_READY, STORE_KUBECONFIG, NOTIFY_API, CLEA
 def _by_type() -> Mapping[str, Step]:
     table: dict[str, Step] = {}
     for step in STEPS:
-        for event_type in step.takes:
+        for event_type in step.accepts:
             if event_type in table:
                 raise AssertionError(f"{event_type} is taken by {table[event_type].function} and {step.function}")
             table[event_type] = step

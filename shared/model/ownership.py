@@ -164,6 +164,12 @@ def judge(labels: Mapping[str, str] | None, tenant: Tenant, legacy: Mapping[str,
     return Verdict(Claim.FOREIGN)
 
 
+def owner_of(labels: Mapping[str, str]) -> Owner | None:
+    """The Tenant an object's owner labels name, or None when they name none completely."""
+    found = [labels.get(key, "") for key in (LABEL_OWNER_NAMESPACE, LABEL_OWNER_NAME, LABEL_OWNER_UID)]
+    return Owner(*found) if all(found) else None
+
+
 def orphaned_by(labels: Mapping[str, str], namespace: str, live_uids: Collection[str]) -> Owner | None:
     """The Tenant in ``namespace`` (the Tenants' namespace) that an object's owner labels name, when
     no Tenant of that uid is there any more (``live_uids``): it went without its cleanup, and what

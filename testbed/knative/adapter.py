@@ -84,8 +84,9 @@ class AdapterConfig:
     def __post_init__(self) -> None:
         if not self.resources:
             raise ValueError("an ApiServerSource adapter needs at least one resource to watch")
-        if not self.all_namespaces and not self.namespaces:
-            raise ValueError("give namespaces, or all_namespaces=True")
+        # No namespaces and not all of them: a namespaceSelector that matches none yet. The real
+        # adapter then starts no reflector and is ready at once; Knative's controller gives it the
+        # list again when a namespace that matches appears (which restarts it).
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str]) -> AdapterConfig:

@@ -16,7 +16,7 @@ it held, also those of a delivery still being answered when it was killed).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -39,13 +39,29 @@ class Route:
     subscriber: str  # Knative Service name
     dead_letter: str | None
     retries: int
+    types: frozenset[str] = frozenset()  # the event types its filters name exactly (none: any)
 
     @classmethod
     def from_trigger(cls, doc: Mapping[str, Any], broker_delivery: Mapping[str, Any]) -> Route:
         spec = doc["spec"]
         delivery = spec.get("delivery") or broker_delivery
         sink = (delivery.get("deadLetterSink") or {}).get("ref", {}).get("name")
-        return cls(doc["metadata"]["name"], spec["subscriber"]["ref"]["name"], sink, int(delivery.get("retry", 0)))
+        return cls(
+            doc["metadata"]["name"],
+            spec["subscriber"]["ref"]["name"],
+            sink,
+            int(delivery.get("retry", 0)),
+            frozenset(_exact_types(spec.get("filters") or [])),
+        )
+
+
+def _exact_types(filters: Iterable[Mapping[str, Any]]) -> Iterator[str]:
+    """The ``type`` values of a Trigger's ``exact`` filters, inside ``any`` and ``all`` too."""
+    for entry in filters:
+        if "type" in entry.get("exact", {}):
+            yield entry["exact"]["type"]
+        for nested in ("any", "all"):
+            yield from _exact_types(entry.get(nested) or [])
 
 
 @dataclass(frozen=True)
@@ -81,15 +97,17 @@ class BrokerWatch:
         self.proxy = proxy
         self.namespace = namespace
         self.routes = {route.trigger: route for route in routes}
-        by_service: dict[str, str] = {}
+        by_service: dict[str, list[Route]] = {}
         for route in self.routes.values():
-            if route.subscriber in by_service:
+            by_service.setdefault(route.subscriber, []).append(route)
+        for service, several in by_service.items():
+            types = [t for route in several for t in route.types]
+            if len(several) > 1 and (not all(route.types for route in several) or len(types) != len(set(types))):
                 raise ValueError(
-                    f"Knative Service {route.subscriber} subscribes to two Triggers: "
-                    f"{by_service[route.subscriber]} and {route.trigger}"
+                    f"Knative Service {service} subscribes to Triggers {[r.trigger for r in several]} "
+                    "that their event types do not tell apart"
                 )
-            by_service[route.subscriber] = route.trigger
-        self._trigger_of = by_service
+        self._routes_of = by_service
         self._sinks = {route.dead_letter for route in self.routes.values() if route.dead_letter}
         self._restarted_at = 0.0
 
@@ -100,11 +118,12 @@ class BrokerWatch:
     def _delivery(self, hop: Hop) -> Delivery | None:
         if hop.namespace != self.namespace or hop.method != "POST" or hop.ce("id") is None:
             return None
-        if hop.service in self._trigger_of:
-            trigger, target = self._trigger_of[hop.service], "subscriber"
+        event_type = hop.ce("type") or ""
+        if hop.service in self._routes_of:
+            trigger, target = self._trigger_of(hop.service, event_type), "subscriber"
         elif hop.service in self._sinks:
             failed = urlsplit(hop.request.get("ce-knativeerrordest", "")).hostname or ""
-            trigger = self._trigger_of.get(failed.split(".", 1)[0], "")
+            trigger = self._trigger_of(failed.split(".", 1)[0], event_type)
             target = "dead-letter"
         else:
             return None
@@ -122,6 +141,13 @@ class BrokerWatch:
             reply_type=hop.response.get("ce-type"),
             error_code=hop.request.get("ce-knativeerrorcode"),
         )
+
+    def _trigger_of(self, service: str, event_type: str) -> str:
+        """The Trigger that delivered ``event_type`` to ``service`` ("" when none did)."""
+        routes = self._routes_of.get(service, [])
+        if len(routes) == 1:
+            return routes[0].trigger
+        return next((route.trigger for route in routes if event_type in route.types), "")
 
     def deliveries(self) -> list[Delivery]:
         """Every delivery to a function so far, in the order they were answered."""

@@ -28,7 +28,8 @@ from testbed.project import function_modules, project_path
 from testbed.toolchain import Toolchain, knative_check
 
 BROKER = "default"
-SOURCE = "tenant-source"  # the ApiServerSource in eventing/, and its ServiceAccount
+SOURCE = "tenant-source"  # the ApiServerSource of Tenants in eventing/, and its ServiceAccount
+VCLUSTER_SOURCE = "vcluster-source"  # the ApiServerSource of vClusters' StatefulSets
 
 # A function's Knative Service starts the image with one argument, the gunicorn app of its module.
 

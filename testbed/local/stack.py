@@ -84,7 +84,6 @@ from testbed.toolchain import Toolchain, ensure_all
 
 __all__ = ["TENANT_NAMESPACE", "Stack", "StackError", "StackOptions", "project_path", "routes", "start_stack"]
 
-ADAPTER_DEPLOYMENT_PREFIX = f"apiserversource-{SOURCE}-"
 # The PingSource's shared adapter (Knative's mtping), which runs every PingSource's schedule.
 PING_ADAPTER = ("knative-eventing", "pingsource-mt-adapter")
 # The resync Trigger retries a failed tick after 10, 20 and 40 s (eventing/triggers): a pass, and
@@ -192,21 +191,20 @@ class Stack:
             raise StackError(f"the broker is not idle {timeout:.0f}s after resync's pass: {self.watch.pending()}")
         return delivery
 
-    def adapter(self) -> tuple[str, ManagedProcess]:
-        """The ApiServerSource's Deployment (made by Knative's controller) and its running process."""
-        return self.kubelet.wait_pod(TENANT_NAMESPACE, ADAPTER_DEPLOYMENT_PREFIX)
+    def adapter(self, source: str = SOURCE) -> tuple[str, ManagedProcess]:
+        """An ApiServerSource's Deployment (made by Knative's controller) and its running process."""
+        return self.kubelet.wait_pod(TENANT_NAMESPACE, f"apiserversource-{source}")
 
-    def stop_adapter(self) -> None:
-        """Take the ApiServerSource's pod away and keep it away (its Deployment stays)."""
-        deployment, _ = self.adapter()
+    def stop_adapter(self, source: str = SOURCE) -> None:
+        """Take an ApiServerSource's pod away and keep it away (its Deployment stays)."""
+        deployment, _ = self.adapter(source)
         self.kubelet.hold(TENANT_NAMESPACE, deployment)
 
-    def start_adapter(self) -> ManagedProcess:
-        """Let the ApiServerSource's pod run again; returns once its watch is established."""
-        deployment = next(
-            name for ns, name in (key.split("/", 1) for key in self.kubelet.held()) if ns == TENANT_NAMESPACE
-        )
-        return self.kubelet.release(TENANT_NAMESPACE, deployment)
+    def start_adapter(self, source: str = SOURCE) -> ManagedProcess:
+        """Let an ApiServerSource's pod run again; returns once its watch is established."""
+        prefix = f"{TENANT_NAMESPACE}/apiserversource-{source}"
+        held = next(key for key in self.kubelet.held() if key.startswith(prefix))
+        return self.kubelet.release(TENANT_NAMESPACE, held.split("/", 1)[1])
 
     def hold_resync_schedule(self) -> None:
         """Take the PingSource's adapter (``mtping``) away and keep it away: from now on resync runs

@@ -29,8 +29,10 @@ from .manifests import (
     run_checker,
 )
 
-# Broker, its EventPolicy, ApiServerSource, PingSource, SinkBinding, and a Trigger per step
-EVENTING_OBJECTS = 5 + len(lifecycle.STEPS)
+# Broker, its EventPolicy, two ApiServerSources, PingSource, SinkBinding, and a Trigger per step
+# and per step's hint Trigger
+TRIGGER_COUNT = len(lifecycle.STEPS) + sum(bool(step.hints) for step in lifecycle.STEPS)
+EVENTING_OBJECTS = 6 + TRIGGER_COUNT
 RENDERED_OBJECTS = EVENTING_OBJECTS + len(lifecycle.STEPS) + 1  # the above, and a Service per step and dead-letter
 
 

@@ -12,8 +12,12 @@ from typing import Any
 
 import pytest
 
-from shared.model import event_types, lifecycle
-from shared.model.naming import DEFAULT_TENANT_NAMESPACE
+from functions import check_ready
+from shared.delivery import events
+from shared.model import event_types, lifecycle, ownership
+from shared.model.naming import DEFAULT_TENANT_NAMESPACE, LABEL_MANAGED_BY, LABEL_OWNER_UID, MANAGED_BY
+from shared.model.tenant import Tenant
+from shared.model.values import vcluster_values
 from shared.settings import HELM_KILL_AFTER_SECONDS, Settings
 from shared.steps import access
 from shared.steps.locks import LEASE_SECONDS
@@ -96,8 +100,8 @@ def test_overlay_renders_everything(rendered: Mapping[str, str], overlay: str) -
     assert kinds["Service"] == set(FUNCTION_MODULES)
     assert kinds["Trigger"] == {p.stem for p in TRIGGERS.glob("*.yaml")}
     assert kinds["Broker"] == {"default"}
-    assert kinds["ApiServerSource"] == {"tenant-source"}
-    assert kinds["ServiceAccount"] == {*FUNCTION_MODULES, "tenant-source"}
+    assert kinds["ApiServerSource"] == {"tenant-source", "vcluster-source"}
+    assert kinds["ServiceAccount"] == {*FUNCTION_MODULES, "tenant-source", "vcluster-source"}
     assert kinds["Namespace"] == {NAMESPACE}
     assert "tenant-functions-config" in kinds["ConfigMap"]
     assert kinds["ValidatingAdmissionPolicy"] == kinds["ValidatingAdmissionPolicyBinding"]
@@ -170,7 +174,11 @@ def test_without_retryafter_component_swaps_the_poll_for_linear_backoff(kubectl:
     # Linear backoff waits 0, d, 2d, ...: the last check must come after the provision timeout.
     waits = [10 * k for k in range(delivery["retry"])]
     assert sum(waits) >= provision_timeout()
-    changed = {"tenant-check-ready", "tenant-cleanup", "tenant-install"}
+    hint = triggers["tenant-check-ready-hint"]["spec"]["delivery"]
+    # 0, 1, 2, ... 5 s between looks: the last one 15 s after the change, one poll interval
+    assert (hint["backoffPolicy"], hint["backoffDelay"]) == ("linear", "PT1S")
+    assert sum(range(hint["retry"])) == 15
+    changed = {"tenant-check-ready", "tenant-check-ready-hint", "tenant-cleanup", "tenant-install"}
     for path in TRIGGERS.glob("*.yaml"):
         if path.stem not in changed:
             assert triggers[path.stem]["spec"] == file_documents(path)[0]["spec"], path.stem
@@ -198,9 +206,10 @@ def test_trigger_file_contract(path: Path) -> None:
     assert trigger["metadata"]["namespace"] == NAMESPACE
     spec = trigger["spec"]
     assert spec["broker"] == "default"
+    function = HINT_TRIGGERS.get(path.stem, path.stem)
     assert spec["subscriber"] == {
-        "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": path.stem},
-        "audience": path.stem,  # tests/deploy/test_sender_identity.py
+        "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": function},
+        "audience": function,  # tests/deploy/test_sender_identity.py
     }
     delivery = spec["delivery"]
     if path.stem == "tenant-resync":
@@ -210,12 +219,15 @@ def test_trigger_file_contract(path: Path) -> None:
             "ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": "tenant-dead-letter"},
             "audience": "tenant-dead-letter",
         }
-    if path.stem in ("tenant-check-ready", "tenant-cleanup"):
+    if path.stem in ("tenant-check-ready", "tenant-check-ready-hint", "tenant-cleanup"):
         # Polls: the function's Retry-After is the wait (shared.settings caps it at 15 s).
         assert delivery["retryAfterMax"] == "PT15S"
         assert "backoffPolicy" not in delivery and "backoffDelay" not in delivery
     if path.stem == "tenant-check-ready":
         assert delivery["retry"] * 15 > provision_timeout(), "the retries must outlast the provision timeout"
+    elif path.stem == "tenant-check-ready-hint":
+        # One look a second (check_ready.LOOK_AGAIN_SECONDS) for one poll interval from the change.
+        assert delivery["retry"] * check_ready.LOOK_AGAIN_SECONDS > 15, "its looks must outlast a poll interval"
     elif path.stem == "tenant-cleanup":
         assert delivery["retry"] * 5 >= 300, "five minutes at the default CLEANUP_POLL_SECONDS for a namespace to go"
     elif path.stem == "tenant-install":
@@ -236,7 +248,7 @@ def test_router_trigger_takes_every_tenant_change_and_nothing_else() -> None:
     (trigger,) = file_documents(TRIGGERS / "tenant-router.yaml")
     assert trigger["spec"]["filters"] == [
         {"any": [{"exact": {"type": t}} for t in sorted(lifecycle.ROUTER.takes, key=ADD_UPDATE_DELETE.index)]},
-        {"exact": {"kind": "Tenant"}},
+        {"any": [{"exact": {"kind": "Tenant"}}, {"exact": {"kind": "StatefulSet"}}]},  # events.VCLUSTER_KIND
     ]
 
 
@@ -247,6 +259,7 @@ def test_resync_trigger_takes_only_its_own_pingsource() -> None:
     assert trigger["spec"]["filters"] == [{"exact": {"type": "dev.knative.sources.ping", "source": source}}]
 
 
+HINT_TRIGGERS = {step.hint_trigger: step.function for step in lifecycle.STEPS if step.hint_trigger}
 ONE_TYPE_STEPS = [step for step in lifecycle.STEPS if step not in (lifecycle.ROUTER, lifecycle.RESYNC)]
 
 
@@ -259,8 +272,17 @@ def test_step_triggers_filter_on_the_exact_type_the_lifecycle_table_gives(step: 
     assert doc["spec"]["filters"] == [{"exact": {"type": event_type}}]
 
 
+@pytest.mark.parametrize("step", [s for s in lifecycle.STEPS if s.hints], ids=lambda step: step.function)
+def test_hint_triggers_filter_on_the_exact_hint_types(step: lifecycle.Step) -> None:
+    (doc,) = file_documents(TRIGGERS / f"{step.hint_trigger}.yaml")
+    (event_type,) = step.hints
+    assert doc["spec"]["filters"] == [{"exact": {"type": event_type}}]
+
+
 def test_every_trigger_is_a_step_of_the_lifecycle_table() -> None:
-    assert {path.stem for path in TRIGGERS.glob("*.yaml")} == {step.function for step in lifecycle.STEPS}
+    assert {path.stem for path in TRIGGERS.glob("*.yaml")} == {step.function for step in lifecycle.STEPS} | set(
+        HINT_TRIGGERS
+    )
 
 
 # ----------------------------------------------------------------------------- Services
@@ -398,15 +420,38 @@ def test_cluster_wide_rules_are_only_where_namespaces_are_unknown() -> None:
         assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, name
 
 
-def test_source_reads_tenants_and_nothing_else() -> None:
+def test_sources_read_tenants_and_statefulsets_and_nothing_else() -> None:
     rules = _rules(EVENTING / "apiserversource-rbac.yaml")
     assert [(kind, rule) for kind, _, rule in rules] == [
-        ("Role", {"apiGroups": ["kubeopera.io"], "resources": ["tenants"], "verbs": ["get", "list", "watch"]})
+        ("Role", {"apiGroups": ["kubeopera.io"], "resources": ["tenants"], "verbs": ["get", "list", "watch"]}),
+        ("ClusterRole", {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]}),
     ]
     (source,) = file_documents(EVENTING / "apiserversource.yaml")
     assert source["spec"]["serviceAccountName"] == "tenant-source"
     assert source["spec"]["mode"] == "Resource"
     assert source["spec"]["resources"] == [{"apiVersion": "kubeopera.io/v1alpha1", "kind": "Tenant"}]
+
+
+def test_vcluster_source_watches_only_owned_statefulsets_in_our_namespaces() -> None:
+    (source,) = file_documents(EVENTING / "vcluster-source.yaml")
+    spec = source["spec"]
+    assert spec["serviceAccountName"] == "vcluster-source"
+    assert spec["mode"] == "Resource", "the router reads the owner labels from the object"
+    # the namespaces install makes (ownership.namespace_labels), the StatefulSets its values label
+    assert spec["namespaceSelector"] == {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY}}
+    assert spec["resources"] == [
+        {
+            "apiVersion": "apps/v1",
+            "kind": events.VCLUSTER_KIND,
+            "selector": {"matchExpressions": [{"key": LABEL_OWNER_UID, "operator": "Exists"}]},
+        }
+    ]
+    (example,) = file_documents(DEPLOY / "examples" / "alice-default.yaml")
+    example["metadata"]["uid"] = "0d6f6a1c-1b7e-4c3e-9a51-2f0c8e4b7d10"
+    tenant = Tenant.from_object(example)
+    assert ownership.namespace_labels(tenant)[LABEL_MANAGED_BY] == MANAGED_BY
+    statefulset = vcluster_values(tenant, "production")["controlPlane"]["statefulSet"]["labels"]
+    assert ownership.owner_of(statefulset) == ownership.Owner(tenant.namespace, tenant.name, tenant.uid)
 
 
 # ----------------------------------------------------------------------------- the image

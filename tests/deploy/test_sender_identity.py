@@ -120,6 +120,7 @@ def test_the_broker_admits_our_sources_and_the_triggers_replies_only() -> None:
     }
     assert sources == {
         ("ApiServerSource", "tenant-source"),
+        ("ApiServerSource", "vcluster-source"),
         ("PingSource", "tenant-resync"),
         ("SinkBinding", "tenant-resync"),
     }

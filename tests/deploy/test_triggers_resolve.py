@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from shared.model import lifecycle
 from testbed.local.stack import routes
 
 from .manifests import DEPLOY, EVENTING, FUNCTION_MODULES, FUNCTIONS, TRIGGERS, file_documents, objects_of
@@ -112,6 +113,7 @@ def test_the_test_bed_routes_by_exactly_the_trigger_files() -> None:
     broker = yaml.safe_load((EVENTING / "broker.yaml").read_text())
     found = routes([broker, *docs])
     assert sorted(r.trigger for r in found) == sorted(p.stem for p in TRIGGER_FILES)
-    assert {r.trigger: r.subscriber for r in found} == {p.stem: p.stem for p in TRIGGER_FILES}
+    hints = {step.hint_trigger: step.function for step in lifecycle.STEPS if step.hint_trigger}
+    assert {r.trigger: r.subscriber for r in found} == {p.stem: hints.get(p.stem, p.stem) for p in TRIGGER_FILES}
     check_ready = next(r for r in found if r.trigger == "tenant-check-ready")
     assert (check_ready.dead_letter, check_ready.retries) == ("tenant-dead-letter", 44)

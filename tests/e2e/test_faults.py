@@ -34,6 +34,7 @@ from shared.steps.locks import work_lock
 from testbed.admin_kube import AdminKube
 from testbed.knative.broker_watch import Delivery
 from testbed.local.api_gate import ApiGate
+from testbed.local.manifests import VCLUSTER_SOURCE
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.toolchain import Toolchain
@@ -224,6 +225,22 @@ def start_adapter_again(pipeline: Stack) -> None:
 
 
 # -- the fault table --------------------------------------------------------------------------
+
+
+def test_the_vcluster_source_down_leaves_readiness_to_the_poll(pipeline: Stack, kube: Kube) -> None:
+    """vcluster-source's pod gone (its events lost): check-ready's poll alone finds the vCluster
+    up, as before that source existed; no hint reaches check-ready for this Tenant."""
+    pipeline.stop_adapter(VCLUSTER_SOURCE)
+    try:
+        started = time.monotonic()
+        pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-unheard", cs(40)))
+        tenant = ready(kube, "fa-unheard")
+    finally:
+        pipeline.start_adapter(VCLUSTER_SOURCE)
+    mine = [d for d in pipeline.watch.deliveries() if d.subject == f"{TENANT_NAMESPACE}/fa-unheard"]
+    assert [d.trigger for d in mine if d.reply_type == event_types.READY] == ["tenant-check-ready"]
+    assert not [d for d in mine if d.trigger == "tenant-check-ready-hint"]
+    report("vcluster-source down while a vCluster boots", tenant, started)
 
 
 def test_adapter_down_while_a_tenant_is_created(pipeline: Stack, kube: Kube, adapter_down: None) -> None:
@@ -777,7 +794,8 @@ def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube) -> None:
     writes = [e for e in ours if e["verb"] not in ("get", "list", "watch") and e not in reviews]
     assert writes == [], [(e["user"]["username"], e["verb"], e.get("objectRef")) for e in writes]
     assert len(reviews) <= 1, "one sender check for the one tick"
-    assert {e["user"]["username"].rsplit(":", 1)[1] for e in ours} <= {"tenant-resync", "tenant-source"}
+    readers = {"tenant-resync", "tenant-source", "vcluster-source"}
+    assert {e["user"]["username"].rsplit(":", 1)[1] for e in ours} <= readers
 
 
 def test_nothing_is_left_behind(pipeline: Stack, kube: Kube) -> None:

@@ -38,7 +38,7 @@ from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_sta
 from testbed.project import project_path
 from testbed.toolchain import Toolchain
 
-from .rbac_usage import unused_rules
+from .rbac_usage import SOURCES, unused_rules
 from .support import (
     completed_requests,
     exists,
@@ -748,11 +748,11 @@ def test_a_claim_left_by_a_tenant_that_is_gone_is_taken_over(pipeline: Stack, ku
 
 def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
     """Runs after the lifecycle tests: the audit log of everything the module did, against
-    deploy/base/rbac. tenant-resync's rules are checked by tests/e2e/test_faults.py, where it
-    does its work."""
+    deploy/base/rbac and the ApiServerSources' rules. tenant-resync's rules are checked by
+    tests/e2e/test_faults.py, where it does its work."""
     assert pipeline.control_plane is not None
     services = [s for s in pipeline.functions if s != "tenant-resync"]
-    assert unused_rules(pipeline.control_plane.audit_log, services) == {}
+    assert unused_rules(pipeline.control_plane.audit_log, [*services, *SOURCES]) == {}
 
 
 def test_secrets_are_read_only_in_tenant_namespaces_and_never_refused_there(pipeline: Stack) -> None:

@@ -55,6 +55,7 @@ from shared.model.tenant import (
     Tenant,
     TenantRef,
     parse_time,
+    utcnow,
 )
 from shared.model.values import vcluster_values
 from shared.runtime import Runtime
@@ -1206,6 +1207,100 @@ def test_check_ready_gives_up_after_the_provision_timeout(kube: FakeKube, helm: 
     assert kube.event("ProvisionTimeout")["type"] == "Warning"
 
 
+# check-ready's look at a changed vCluster (the router's hint from vcluster-source) -----------------
+
+
+def run_look(
+    kube: FakeKube,
+    helm: FakeHelm,
+    obj: dict[str, Any],
+    changed_ago: float = 0,
+    vcluster: FakeVClusterApi | None = None,
+) -> Any:
+    """check-ready's look, 30 s into provisioning, at a change the router heard ``changed_ago`` s ago."""
+    now = utcnow()
+    hint = CloudEvent(
+        attributes={
+            "type": event_types.VCLUSTER_CHANGED,
+            "source": "/kubeopera/tenants/router",
+            "subject": BOB_KEY,
+            "time": now - timedelta(seconds=changed_ago),
+            "datacontenttype": "application/json",
+        },
+        data=events.ref_data(ref_of(obj)),
+    )
+    return check_ready.answer(kube, helm, SETTINGS, hint, ref_of(obj), vcluster=vcluster or FakeVClusterApi())
+
+
+def test_a_look_at_a_ready_vcluster_replies_ready_at_once(kube: FakeKube, helm: FakeHelm) -> None:
+    obj = provision(kube, helm)
+    booted(kube)
+    reply = run_look(kube, helm, obj)
+    assert reply is not None and reply.get_type() == event_types.READY
+    assert reply.get_data() == events.ref_data(ref_of(obj))
+
+
+def test_a_look_before_the_control_plane_is_up_leaves_the_wait_to_the_poll_and_writes_nothing(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    obj = provision(kube, helm)
+    kube.journal.clear()
+    assert run_look(kube, helm, obj) is None, "no 503: a look starts no second poll"
+    del kube.rollouts[(BOB_NS, BOB_RELEASE)]
+    assert run_look(kube, helm, obj) is None
+    assert kube.journal == [], "the poll writes the heartbeat and the waits, not a look"
+
+
+def test_a_look_after_the_rollout_asks_again_each_second_for_one_poll_interval(kube: FakeKube, helm: FakeHelm) -> None:
+    """vcluster writes its kubeconfig Secret after its pod is ready: the look asks again within
+    seconds, until the poll would have seen it anyway."""
+    obj = provision(kube, helm)
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)  # rolled out, no Secret yet
+    with pytest.raises(NotReadyYet) as caught:
+        run_look(kube, helm, obj, changed_ago=3)
+    assert caught.value.retry_after == check_ready.LOOK_AGAIN_SECONDS == 1
+    assert str(caught.value) == f"waiting for vcluster to write Secret {BOB_NS}/vc-{BOB_RELEASE}"
+    assert run_look(kube, helm, obj, changed_ago=SETTINGS.ready_poll_seconds) is None, "the poll's from here"
+    # the API through the kubeconfig not answering yet is the same kind of wait
+    kube.add_secret(BOB_NS, f"vc-{BOB_RELEASE}", {VCLUSTER_CONFIG_KEY: CONFIG}, {})
+    with pytest.raises(NotReadyYet):
+        run_look(kube, helm, obj, changed_ago=1, vcluster=FakeVClusterApi(missing="/readyz answered 503"))
+    assert run_look(kube, helm, obj, changed_ago=2) is not None
+
+
+def test_a_look_never_fails_a_tenant(kube: FakeKube, helm: FakeHelm) -> None:
+    """Past the provision timeout, or with a failed release: failing is the poll's decision."""
+    obj = provision(kube, helm)
+    helm.releases[(BOB_NS, BOB_RELEASE)]["status"] = "failed"
+    assert run_look(kube, helm, obj) is None
+    assert live(kube).status.phase == "Provisioning"
+    assert lifecycle.CHECK_READY.dead_letter_of(event_types.VCLUSTER_CHANGED) == lifecycle.DeadLetter.NOTHING
+    assert lifecycle.CHECK_READY.dead_letter_of(event_types.PROVISIONING) == lifecycle.DeadLetter.FAIL
+
+
+def test_a_look_at_a_ready_tenant_keeps_its_availability(
+    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    obj = provisioned_and_stored(kube, helm)
+    notify_api.handle(kube, api, ref_of(obj))
+    assert live(kube).status.is_true("VClusterAvailable", 1)
+    kube.journal.clear()
+    assert run_look(kube, helm, obj) is None
+    assert kube.journal == [], "nothing changed: nothing written"
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 0, 1)  # its pod stopped being ready
+    assert run_look(kube, helm, obj) is None
+    available = live(kube).status.condition("VClusterAvailable")
+    assert available is not None and (available.status, available.reason) == ("False", "ControlPlaneNotReady")
+    assert live(kube).status.phase == "Ready", "the phase says what provisioning reached"
+    assert kube.event("VClusterUnavailable")["type"] == "Warning"
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)
+    run_look(kube, helm, obj)
+    assert live(kube).status.is_true("VClusterAvailable", 1)
+    assert kube.event("VClusterAvailable")["type"] == "Normal"
+
+
 # notify-api -------------------------------------------------------------------------------------
 
 
@@ -1295,6 +1390,16 @@ def test_dead_letter_of_a_change_the_router_gave_up_on_fails_nothing(kube: FakeK
         dead_letter.handle(kube, dead_lettered(obj, dest, "503", type_=type_), ref_of(obj))
         assert since(kube, mark) == []
     assert live(kube).status.phase == "Pending"
+
+
+def test_dead_letter_of_check_readys_hint_fails_nothing_and_of_its_poll_fails_the_tenant(kube: FakeKube) -> None:
+    """A look at a changed vCluster is a hint (lifecycle.CHECK_READY.hints): the poll goes on."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status={"phase": "Provisioning", "lastSyncedAt": EARLY}))
+    dest = f"http://tenant-check-ready.{TENANT_NAMESPACE}.svc.cluster.local"
+    dead_letter.handle(kube, dead_lettered(obj, dest, "503", type_=event_types.VCLUSTER_CHANGED), ref_of(obj))
+    assert kube.journal == [] and live(kube).status.phase == "Provisioning"
+    dead_letter.handle(kube, dead_lettered(obj, dest, "503", type_=event_types.PROVISIONING), ref_of(obj))
+    assert live(kube).status.phase == "Failed"
 
 
 @pytest.mark.parametrize(
