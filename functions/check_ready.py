@@ -137,13 +137,34 @@ def _see(kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_sta
     )
 
 
-def _ready(tenant: Tenant, revision: int, moment: datetime) -> BaseCloudEvent:
+UP_MESSAGE = "vCluster up; storing its kubeconfig"
+
+
+def _ready(
+    kube: Cluster, tenant: Tenant, revision: int, moment: datetime, poll_seconds: int, traceparent: str = ""
+) -> BaseCloudEvent | None:
+    """The ready event, once per provisioning: written first as condition ``Ready`` reason
+    ``VClusterUp`` (with the ``resourceVersion`` read, so of a poll and a look that find the
+    vCluster up at once, one writes and the other, refused, reads it again and sends nothing:
+    ``lifecycle.ready_announced``). ``traceparent``: the trace it continues, when not this delivery's."""
     names = tenant.spec.names
+    if lifecycle.ready_announced(tenant, moment, poll_seconds):
+        log.info("the vCluster was seen up just now; its ready event is on its way", extra={"release": names.release})
+        return None
+    write_status(
+        kube,
+        tenant,
+        StatusUpdate(
+            phase=Phase.PROVISIONING,
+            fields={"message": UP_MESSAGE, "lastPolledAt": rfc3339(moment)},
+            conditions=(Condition(COND_READY, "False", lifecycle.VCLUSTER_UP_REASON, UP_MESSAGE, tenant.generation),),
+        ),
+    )
     log.info("vCluster is ready", extra={"release": names.release, "revision": revision})
     began = parse_time(tenant.status.last_synced_at)
     if began is not None:
         metrics.TIME_TO_READY.observe(max(0.0, (moment - began).total_seconds()))
-    return events.make(event_types.READY, NAME, tenant.ref)
+    return events.make(event_types.READY, NAME, tenant.ref, traceparent=traceparent)
 
 
 def _tell_polling(kube: Cluster, tenant: Tenant, api_missing: str | None, now: datetime, poll_seconds: int) -> None:
@@ -188,7 +209,7 @@ def handle(
     seen = _see(kube, vcluster, names, release.status)
     moment = now or utcnow()
     if seen.waiting is None:
-        return _ready(tenant, release.revision, moment)
+        return _ready(kube, tenant, release.revision, moment, settings.ready_poll_seconds)
     verdict = poll_verdict(tenant, seen.waiting, settings, moment, event.get_time())
     if isinstance(verdict, TenantError):
         raise verdict
@@ -242,7 +263,9 @@ def look(
     seen = _see(kube, vcluster, names, release.status)
     moment = now or utcnow()
     if seen.waiting is None:
-        return _ready(tenant, release.revision, moment)
+        # The rest of the chain goes on in the provisioning's trace (install's, kept on the
+        # Tenant), not in the trace of the StatefulSet's change that woke this look.
+        return _ready(kube, tenant, release.revision, moment, settings.ready_poll_seconds, tenant.status.traceparent)
     changed = event.get_time()
     if seen.rolled_out and changed is not None and (moment - changed).total_seconds() < settings.ready_poll_seconds:
         raise NotReadyYet(seen.waiting, retry_after=LOOK_AGAIN_SECONDS)

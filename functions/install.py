@@ -70,6 +70,7 @@ from shared.model.tenant import (
     utcnow,
 )
 from shared.model.values import keep_distro, vcluster_values
+from shared.observability import tracing
 from shared.runtime import Cluster, HelmRuns, Runtime
 from shared.settings import Settings
 from shared.steps import access, claims
@@ -174,6 +175,8 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) 
                 "observedGeneration": tenant.generation,
                 "lastSyncedAt": rfc3339(utcnow()),
                 "message": message,
+                # the trace this provisioning is in: check-ready's look continues it (tracing on)
+                **({"traceparent": trace} if (trace := tracing.current_traceparent()) else {}),
             },
             conditions=(
                 Condition(COND_RELEASE_INSTALLED, "True", "Installed", message, tenant.generation),

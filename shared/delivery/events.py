@@ -112,19 +112,20 @@ def renewal_due(event_time: datetime | None, now: datetime, poll_seconds: int) -
     return event_time is not None and (now - event_time).total_seconds() >= RENEW_AFTER_POLLS * poll_seconds
 
 
-def make(event_type: str, function: str, ref: TenantRef, **extra: Any) -> CloudEvent:
-    """One of our own events (design.md section 3): source, subject and JSON data set."""
-    return CloudEvent(
-        attributes={
-            "id": str(uuid.uuid4()),
-            "type": event_type,
-            "source": f"{SOURCE_PREFIX}{function}",
-            "subject": ref.key,
-            "time": datetime.now(UTC),
-            "datacontenttype": "application/json",
-        },
-        data=ref_data(ref) | extra,
-    )
+def make(event_type: str, function: str, ref: TenantRef, *, traceparent: str = "", **extra: Any) -> CloudEvent:
+    """One of our own events (design.md section 3): source, subject and JSON data set; with
+    ``traceparent``, the trace it continues (else the reply continues the delivery's own)."""
+    attributes: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "type": event_type,
+        "source": f"{SOURCE_PREFIX}{function}",
+        "subject": ref.key,
+        "time": datetime.now(UTC),
+        "datacontenttype": "application/json",
+    }
+    if traceparent:
+        attributes["traceparent"] = traceparent
+    return CloudEvent(attributes=attributes, data=ref_data(ref) | extra)
 
 
 def to_binary(event: BaseCloudEvent) -> tuple[dict[str, str], bytes]:

@@ -57,7 +57,9 @@ NOT_SERVING_REASON: Final = "VClusterNotServing"
 # RetryAccepted when it first sees a Tenant patched to Pending by hand, which kept its failure's.
 RETRY_REQUESTED_REASON: Final = "RetryRequested"
 RETRY_ACCEPTED_REASON: Final = "RetryAccepted"
-_ON_ITS_WAY: Final = frozenset({PROVISIONING_REASON, NOT_SERVING_REASON})
+# ... and once check-ready has seen the vCluster up and sent its ready event on (ready_announced).
+VCLUSTER_UP_REASON: Final = "VClusterUp"
+_ON_ITS_WAY: Final = frozenset({PROVISIONING_REASON, NOT_SERVING_REASON, VCLUSTER_UP_REASON})
 _RETRY: Final = frozenset({RETRY_REQUESTED_REASON, RETRY_ACCEPTED_REASON})
 
 
@@ -280,6 +282,18 @@ def poll_chain_lost(tenant: Tenant, now: datetime, poll_seconds: int) -> bool:
     events lost: a broker restarted, a reply not delivered)? Then resync starts it again."""
     heard = poll_heard(tenant)
     return heard is None or (now - heard).total_seconds() > LOST_AFTER_POLLS * poll_seconds
+
+
+def ready_announced(tenant: Tenant, now: datetime, poll_seconds: int) -> bool:
+    """Has check-ready just said that this generation's vCluster is up (condition ``Ready`` False,
+    reason ``VClusterUp``, written with ``lastPolledAt``), its ready event on its way? Then another
+    look or poll that finds it up sends nothing: one ready event per provisioning, however the
+    poll and the look at the vCluster's change meet. Just: until resync would count the chain
+    as lost (``poll_chain_lost``); a ready event lost since is sent again by the poll resync starts."""
+    ready = tenant.status.condition(COND_READY)
+    if ready is None or ready.reason != VCLUSTER_UP_REASON or ready.observed_generation != tenant.generation:
+        return False
+    return not poll_chain_lost(tenant, now, poll_seconds)
 
 
 def provision_started(tenant: Tenant) -> datetime | None:

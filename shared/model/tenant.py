@@ -115,6 +115,7 @@ class TenantStatus:
     kubeconfig_secret: str = ""
     last_synced_at: str = ""
     last_polled_at: str = ""  # check-ready's heartbeat while it polls (lifecycle.poll_heard)
+    traceparent: str = ""  # install's trace context for this provisioning (tracing on)
     observed_generation: int = 0
     message: str = ""
     conditions: tuple[Condition, ...] = ()
@@ -209,6 +210,7 @@ class Tenant:
                 kubeconfig_secret=str(status.get("kubeconfigSecret", "")),
                 last_synced_at=str(status.get("lastSyncedAt", "")),
                 last_polled_at=str(status.get("lastPolledAt", "")),
+                traceparent=str(status.get("traceparent", "")),
                 observed_generation=int(status.get("observedGeneration", 0) or 0),
                 message=str(status.get("message", "")),
                 conditions=tuple(Condition.from_object(c) for c in status.get("conditions") or ()),

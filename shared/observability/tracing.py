@@ -120,7 +120,11 @@ def inject(headers: dict[str, str]) -> dict[str, str]:
 
 
 def stamp(event: BaseCloudEvent) -> BaseCloudEvent:
-    """The event with the current trace context as its ``traceparent``/``tracestate`` extensions."""
+    """The event with the current trace context as its ``traceparent``/``tracestate`` extensions,
+    unless it names the trace it continues itself (check-ready's ready event after a look, which
+    continues the provisioning's trace: ``status.traceparent``)."""
+    if event.get_extension("traceparent"):
+        return event
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier)
     if not carrier.get("traceparent"):

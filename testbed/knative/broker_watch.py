@@ -120,10 +120,10 @@ class BrokerWatch:
             return None
         event_type = hop.ce("type") or ""
         if hop.service in self._routes_of:
-            trigger, target = self._trigger_of(hop.service, event_type), "subscriber"
+            trigger, target = self.trigger_of(hop.service, event_type), "subscriber"
         elif hop.service in self._sinks:
             failed = urlsplit(hop.request.get("ce-knativeerrordest", "")).hostname or ""
-            trigger = self._trigger_of(failed.split(".", 1)[0], event_type)
+            trigger = self.trigger_of(failed.split(".", 1)[0], event_type)
             target = "dead-letter"
         else:
             return None
@@ -142,7 +142,7 @@ class BrokerWatch:
             error_code=hop.request.get("ce-knativeerrorcode"),
         )
 
-    def _trigger_of(self, service: str, event_type: str) -> str:
+    def trigger_of(self, service: str, event_type: str) -> str:
         """The Trigger that delivered ``event_type`` to ``service`` ("" when none did)."""
         routes = self._routes_of.get(service, [])
         if len(routes) == 1:

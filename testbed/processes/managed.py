@@ -20,6 +20,8 @@ from testbed.processes.spec import ProcessSpec
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 10.0
+# How long a process group may take to go after SIGKILL (see ManagedProcess.stop).
+GROUP_GONE_SECONDS = 30.0
 LOG_TAIL_LINES = 60
 
 
@@ -92,10 +94,14 @@ class ManagedProcess:
                     log.warning("%s (pid %d) ignored SIGTERM for %.0fs; killing it", self.name, self.pid, grace)
                     signal_group(self.pgid, signal.SIGKILL)
                     self.popen.wait(timeout=30)
-            # Anything the leader forked and left in its group goes too.
+            # Anything the leader forked and left in its group goes too. A member in the middle of a
+            # system call dies only when it returns: containerd's shims and runc, tearing down mounts
+            # and cgroups on a loaded machine, took more than 5 s (a CI run of 9add09e found
+            # containerd's group alive at the session's end).
             if group_has_members(self.pgid):
                 signal_group(self.pgid, signal.SIGKILL)
-                wait_group_gone(self.pgid)
+                if not wait_group_gone(self.pgid, GROUP_GONE_SECONDS):
+                    log.warning("%s: group %d outlived SIGKILL for %.0fs", self.name, self.pgid, GROUP_GONE_SECONDS)
             return self.popen.returncode
 
     def kill(self) -> int | None:

@@ -248,7 +248,31 @@ def test_no_delivery_anywhere_means_no_retries_and_no_sink() -> None:
     assert Route.from_trigger(trigger("t", "s"), {}) == Route("t", "s", None, 0)
 
 
-def test_a_service_subscribed_by_two_triggers_is_refused() -> None:
+def test_a_service_subscribed_by_two_triggers_is_refused_unless_their_types_tell_them_apart() -> None:
     routes = (Route("a", "tenant-install", None, 0), Route("b", "tenant-install", None, 0))
-    with pytest.raises(ValueError, match="tenant-install subscribes to two Triggers: a and b"):
+    with pytest.raises(ValueError, match=r"tenant-install subscribes to Triggers \['a', 'b'\] that their event types"):
         BrokerWatch(ServiceProxy(), NS, routes)
+    same = (Route("a", "x", None, 0, frozenset({"t1"})), Route("b", "x", None, 0, frozenset({"t1", "t2"})))
+    with pytest.raises(ValueError, match="do not tell apart"):
+        BrokerWatch(ServiceProxy(), NS, same)
+    apart = (Route("poll", "x", None, 0, frozenset({"t1"})), Route("hint", "x", None, 0, frozenset({"t2"})))
+    watch = BrokerWatch(ServiceProxy(), NS, apart)
+    assert (watch.trigger_of("x", "t1"), watch.trigger_of("x", "t2"), watch.trigger_of("x", "t3")) == (
+        "poll",
+        "hint",
+        "",
+    )
+
+
+def test_a_triggers_route_knows_the_types_its_filters_name() -> None:
+    doc = {
+        "metadata": {"name": "r"},
+        "spec": {
+            "subscriber": {"ref": {"name": "tenant-router"}},
+            "filters": [
+                {"any": [{"exact": {"type": "add"}}, {"exact": {"type": "update"}}]},
+                {"any": [{"exact": {"kind": "Tenant"}}, {"exact": {"kind": "StatefulSet"}}]},
+            ],
+        },
+    }
+    assert Route.from_trigger(doc, {}).types == frozenset({"add", "update"})

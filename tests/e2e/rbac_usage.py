@@ -190,7 +190,10 @@ def used(audit_log: Path, service: str) -> set[tuple[str, str, str, str]]:
     for line in audit_log.read_text().splitlines():
         entry = json.loads(line)
         ref = entry.get("objectRef")
-        if entry["user"]["username"] != user or not ref or entry.get("stage") != "ResponseComplete":
+        # A request counts once answered; a watch is answered when it starts streaming, and may
+        # not end (ResponseComplete) within the run.
+        stage = "ResponseStarted" if entry.get("verb") == "watch" else "ResponseComplete"
+        if entry["user"]["username"] != user or not ref or entry.get("stage") != stage:
             continue
         if entry.get("responseStatus", {}).get("code") in (401, 403):
             continue  # refused: not a use of any rule

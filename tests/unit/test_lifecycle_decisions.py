@@ -28,6 +28,7 @@ from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import (
     CleanupStalled,
+    Conflict,
     NotReadyYet,
     OwnershipConflict,
     PermanentError,
@@ -1268,6 +1269,30 @@ def test_a_look_after_the_rollout_asks_again_each_second_for_one_poll_interval(k
     assert run_look(kube, helm, obj, changed_ago=2) is not None
 
 
+def test_a_poll_and_a_look_that_both_find_the_vcluster_up_send_one_ready_event(kube: FakeKube, helm: FakeHelm) -> None:
+    """The first writes Ready=False VClusterUp (with the resourceVersion it read) and replies; the
+    second reads that and sends nothing. A ready event lost since is sent again once resync
+    would count the chain as lost."""
+    obj = provision(kube, helm)
+    booted(kube)
+    first = run_look(kube, helm, obj)
+    assert first is not None and first.get_type() == event_types.READY
+    ready = live(kube).status.condition("Ready")
+    assert ready is not None and (ready.status, ready.reason) == ("False", "VClusterUp")
+    assert live(kube).status.phase == "Provisioning"
+    assert run_check(kube, helm, obj) is None, "the poll finds it announced: its chain ends"
+    assert run_look(kube, helm, obj) is None
+
+    # an announcer that read the Tenant before the first wrote is refused (Conflict: it re-reads)
+    stale = Tenant.from_object(obj)
+    with pytest.raises(Conflict):
+        check_ready._ready(kube, stale, 1, utcnow(), SETTINGS.ready_poll_seconds)
+
+    lost = SETTINGS.ready_poll_seconds * (lifecycle.LOST_AFTER_POLLS + 1)
+    again = run_check(kube, helm, obj, after=lost + 30)
+    assert again is not None and again.get_type() == event_types.READY, "a lost ready event is sent again"
+
+
 def test_a_look_never_fails_a_tenant(kube: FakeKube, helm: FakeHelm) -> None:
     """Past the provision timeout, or with a failed release: failing is the poll's decision."""
     obj = provision(kube, helm)
@@ -1589,7 +1614,7 @@ def test_each_phase_change_records_exactly_one_event(kube: FakeKube, helm: FakeH
     notify_api.handle(kube, api, ref_of(obj))
 
     assert [(e["reason"], e["count"]) for e in kube.events] == [("Pending", 1), ("Provisioning", 1), ("Ready", 1)]
-    assert kube.writes["status"] == 3
+    assert kube.writes["status"] == 4  # Pending, Provisioning, check-ready's VClusterUp, Ready
 
 
 def test_a_repeated_refusal_folds_into_a_count_of_two(kube: FakeKube, helm: FakeHelm) -> None:

@@ -115,6 +115,31 @@ def test_the_chain_is_one_trace_each_step_the_child_of_the_one_before(
     assert poll_span.status.status_code != StatusCode.ERROR, "a poll is not an error"
 
 
+def test_a_ready_heard_from_the_vcluster_goes_on_in_the_provisionings_trace(
+    spans: InMemorySpanExporter, kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
+) -> None:
+    """install keeps its trace context on the Tenant (status.traceparent); check-ready's look at a
+    StatefulSet change, in the trace of that change, replies ready in the provisioning's trace."""
+    sink, vcluster = FakeSink(kube), FakeVClusterApi()
+    runtime = Runtime(settings=Settings(), kube=kube, helm=helm, kubeopera_api=api, sink=sink, vcluster_api=vcluster)
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    routed = _reply(deliver(router.create_app(runtime), apiserver_event(obj), {"traceparent": INCOMING}))
+    _reply(deliver(install.create_app(runtime), routed))
+    (_, install_span) = _delivery_spans(spans)
+    stored = kube.tenant_dict(TENANT_NAMESPACE, "bob-dev")
+    assert stored is not None
+    assert stored["status"]["traceparent"] == f"00-{'a' * 32}-{install_span.context.span_id:016x}-01"
+
+    kube.boot_vcluster("bob-dev", CONFIG)
+    change = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"  # the StatefulSet change's own trace
+    hint = step_event(stored, event_types.VCLUSTER_CHANGED)
+    ready = _reply(deliver(check_ready.create_app(runtime), hint, {"traceparent": change}))
+    assert ready.get_type() == event_types.READY
+    look_span = _delivery_spans(spans)[-1]
+    assert look_span.context.trace_id == int("c" * 32, 16), "the look is a span of the change's trace"
+    assert ready.get_extension("traceparent") == stored["status"]["traceparent"], "its reply, of install's"
+
+
 def test_a_chain_without_incoming_context_starts_its_own_trace(
     spans: InMemorySpanExporter, kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
 ) -> None:
