@@ -238,11 +238,13 @@ def look(
     vcluster: VClusterProbe,
 ) -> BaseCloudEvent | None:
     """``io.kubeopera.tenant.vcluster.changed``: the Tenant's StatefulSet changed. A hint, not a
-    poll: it never fails a Tenant, writes nothing while provisioning, and starts no chain.
+    poll: it never fails a Tenant, writes nothing while the vCluster is not up (the poll's
+    heartbeat and messages stay the poll's), and starts no chain.
 
     - Provisioning: the same check as the poll's; ready replies ``io.kubeopera.tenant.ready``
-      at once. Not ready but rolled out: ask again in ``LOOK_AGAIN_SECONDS`` (503), within one
-      poll interval of the change. Anything else is the poll's to wait for: 204.
+      at once, once per provisioning (``_ready``). Not ready but rolled out: ask again in
+      ``LOOK_AGAIN_SECONDS`` (503), within one poll interval of the change. Anything else is the
+      poll's to wait for: 204.
     - Ready: ``VClusterAvailable`` as the StatefulSet says now (``shared.steps.availability``).
     """
     tenant = live_tenant(kube, ref)

@@ -26,6 +26,8 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
   ``HEARTBEAT_POLLS`` polls check-ready writes ``lastPolledAt``; resync re-drives the poll only
   when neither that nor install's ``lastSyncedAt`` is recent, so a live chain is left alone (a
   second chain would poll twice and could tell kubeopera-api twice);
+- ``ready_announced``: check-ready has just seen the vCluster up and sent the ready event on (its
+  poll or its look at the vCluster's change, whichever first): the other sends nothing;
 - ``provision_started``, ``provision_elapsed``, ``timed_out`` and ``timeout_message``: the
   provision timeout, as check-ready and resync both judge it, counted from the ``lastSyncedAt`` of
   the write that began the phase: install's Provisioning, or the Pending that install's first
