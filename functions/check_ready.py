@@ -140,6 +140,16 @@ def _see(kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_sta
 UP_MESSAGE = "vCluster up; storing its kubeconfig"
 
 
+def _api_missing(kube: Cluster, vcluster: VClusterProbe, names: TenantNames, rollout: Rollout) -> str | None:
+    """What a Ready Tenant's vCluster API lacks through the kubeconfig vcluster exported (the one
+    stored, as resync checks), None when it answers or no control-plane pod is ready to ask."""
+    if rollout.ready_replicas == 0:
+        return None
+    with access.granted_at_run_time(names.namespace):
+        config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    return vcluster.missing(config) if config is not None else None
+
+
 def _ready(
     kube: Cluster, tenant: Tenant, revision: int, moment: datetime, poll_seconds: int, traceparent: str = ""
 ) -> BaseCloudEvent | None:
@@ -245,7 +255,8 @@ def look(
       at once, once per provisioning (``_ready``). Not ready but rolled out: ask again in
       ``LOOK_AGAIN_SECONDS`` (503), within one poll interval of the change. Anything else is the
       poll's to wait for: 204.
-    - Ready: ``VClusterAvailable`` as the StatefulSet says now (``shared.steps.availability``).
+    - Ready: ``VClusterAvailable`` as the StatefulSet and the vCluster's API say now
+      (``shared.steps.availability``), as resync's pass would.
     """
     tenant = live_tenant(kube, ref)
     if tenant is None or tenant.deleting:
@@ -254,7 +265,7 @@ def look(
     if tenant.status.phase == Phase.READY:
         rollout = kube.get_rollout(names.namespace, names.release)
         if rollout is not None:  # a StatefulSet gone is resync's: it re-installs the release
-            availability.keep(kube, tenant, rollout)
+            availability.keep(kube, tenant, rollout, _api_missing(kube, vcluster, names, rollout))
         return None
     if tenant.status.phase != Phase.PROVISIONING:
         return None

@@ -59,6 +59,7 @@ from datetime import datetime, timedelta
 from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
+from shared.adapters.vcluster_api import VClusterProbe
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
@@ -105,6 +106,7 @@ class Drift:
     granted: bool = True  # False: the reads in the Tenant's namespace were refused (the rest unknown)
     expires: datetime | None = None  # when the exported kubeconfig's client certificate expires
     rollout: Rollout | None = None  # the StatefulSet as its controller reports it (health.availability)
+    api_missing: str | None = None  # what its API lacked through the stored kubeconfig (None: it answered)
 
     def reinstall_reason(self, tenant: Tenant) -> str:
         names = tenant.spec.names
@@ -159,7 +161,9 @@ def observed(tenant: Tenant) -> bool:
     return tenant.ready_at_generation() and tenant.has_finalizer and not tenant.deleting
 
 
-def observe_all(kube: Cluster, settings: Settings, tenants: Sequence[Tenant]) -> dict[str, Drift]:
+def observe_all(
+    kube: Cluster, settings: Settings, tenants: Sequence[Tenant], vcluster: VClusterProbe | None = None
+) -> dict[str, Drift]:
     """``observe`` of each Tenant that is ``observed``, ``OBSERVERS`` at a time, by key. Each read
     runs in a copy of this context, so its span is a child of the tick's. A Tenant whose reads
     fail is left out (logged; the next pass looks again): one odd Tenant never stops the pass."""
@@ -169,26 +173,39 @@ def observe_all(kube: Cluster, settings: Settings, tenants: Sequence[Tenant]) ->
     policies = kube.list_policy_objects()
     with ThreadPoolExecutor(max_workers=min(OBSERVERS, len(wanted)), thread_name_prefix="resync-observe") as pool:
         futures = [
-            pool.submit(contextvars.copy_context().run, _observe_or_none, kube, settings, t, policies) for t in wanted
+            pool.submit(contextvars.copy_context().run, _observe_or_none, kube, settings, t, policies, vcluster)
+            for t in wanted
         ]
         found = {t.key: f.result() for t, f in zip(wanted, futures, strict=True)}
     return {key: drift for key, drift in found.items() if drift is not None}
 
 
 def _observe_or_none(
-    kube: Cluster, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]
+    kube: Cluster,
+    settings: Settings,
+    tenant: Tenant,
+    policies: set[tuple[str, PolicyObject]],
+    vcluster: VClusterProbe | None,
 ) -> Drift | None:
     try:
-        return observe(kube, settings, tenant, policies)
+        return observe(kube, settings, tenant, policies, vcluster)
     except TenantError as err:
         extra = {"tenant": tenant.key, "error": str(err)}
         log.warning("could not read the Tenant's vCluster; the next pass looks again", extra=extra)
         return None
 
 
-def observe(kube: Cluster, settings: Settings, tenant: Tenant, policies: set[tuple[str, PolicyObject]]) -> Drift:
-    """The Tenant's vCluster as it is: three reads, and ``policies`` (every namespace's, listed
-    once a pass) for what the chart rendered in its namespace."""
+def observe(
+    kube: Cluster,
+    settings: Settings,
+    tenant: Tenant,
+    policies: set[tuple[str, PolicyObject]],
+    vcluster: VClusterProbe | None = None,
+) -> Drift:
+    """The Tenant's vCluster as it is: three reads, ``policies`` (every namespace's, listed once a
+    pass) for what the chart rendered in its namespace, and, with ``vcluster``, its API asked
+    through the stored kubeconfig when a control-plane pod is ready (one TLS connection; None:
+    not asked, availability then follows the pod alone)."""
     names = tenant.spec.names
     try:  # through the Role install makes in the namespace (shared.steps.access)
         rollout = kube.get_rollout(names.namespace, names.release)
@@ -201,21 +218,33 @@ def observe(kube: Cluster, settings: Settings, tenant: Tenant, policies: set[tup
     current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in policies)
     expires = certificates.client_certificate_expiry(written) if written is not None else None
+    config = stored.data.get(KUBECONFIG_KEY) if stored is not None else None
+    api_missing = None
+    if vcluster is not None and config is not None and rollout is not None and rollout.ready_replicas > 0:
+        api_missing = vcluster.missing(config)
     return Drift(
         release_present=rollout is not None,
         kubeconfig_current=current,
         policies_missing=missing,
         expires=expires,
         rollout=rollout,
+        api_missing=api_missing,
     )
 
 
-def resync(kube: Cluster, sink: EventSender, settings: Settings, now: datetime | None = None) -> dict[str, int]:
-    """One pass; returns how many Tenants got each re-drive (for the log and the tests)."""
+def resync(
+    kube: Cluster,
+    sink: EventSender,
+    settings: Settings,
+    now: datetime | None = None,
+    vcluster: VClusterProbe | None = None,
+) -> dict[str, int]:
+    """One pass; returns how many Tenants got each re-drive (for the log and the tests). With
+    ``vcluster``, each Ready Tenant's API is asked through its stored kubeconfig (``observe``)."""
     moment = now or utcnow()
     counts: dict[str, int] = {}
     tenants = kube.list_tenants(settings.tenant_namespace, "")
-    drifts = observe_all(kube, settings, tenants)
+    drifts = observe_all(kube, settings, tenants, vcluster)
     for tenant in tenants:
         action = decide(tenant, moment, settings, drifts.get(tenant.key))
         if action is None:
@@ -257,9 +286,9 @@ def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str
             continue
         with logs.bind(tenant=tenant.key):
             try:
-                wanted, written = availability.keep(kube, tenant, drift.rollout)
+                wanted, written = availability.keep(kube, tenant, drift.rollout, drift.api_missing)
             except TenantError as err:
-                wanted, written = health.availability(drift.rollout, tenant.generation), False
+                wanted, written = health.availability(drift.rollout, tenant.generation, drift.api_missing), False
                 log.warning("availability not written; the next pass tries again", extra={"error": str(err)})
         by_state[wanted.status.lower()] += 1
         changed += written
@@ -364,7 +393,9 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     # crash-looping (Runtime.sink_client). Once there, it is kept (an error is not cached).
     sink = functools.cache(rt.sink_client)
 
+    vcluster = rt.vcluster_api_client()
+
     def tick(event: BaseCloudEvent) -> None:
-        resync(rt.kube, sink(), rt.settings)
+        resync(rt.kube, sink(), rt.settings, vcluster=vcluster)
 
     return function_app(Step(name=NAME, accepts=lifecycle.RESYNC.takes, tick=tick), rt.sender_check())

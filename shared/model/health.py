@@ -6,7 +6,9 @@ when it stops working a week later. ``VClusterAvailable`` does: notify-api write
 Ready (check-ready has just seen the control plane ready and its API answer); check-ready's look at
 each change of the vCluster's StatefulSet (vcluster-source), and resync's pass over every Tenant,
 keep it (``shared.steps.availability``): no ready control-plane pod makes it False, reason
-``ControlPlaneNotReady``, and a ready one True again, reason ``ControlPlaneReady``. Each change is
+``ControlPlaneNotReady``; a ready pod whose API does not answer through the stored kubeconfig
+(resync asks it on each pass) False, reason ``APINotServing``; a ready one that answers True
+again, reason ``ControlPlaneReady``. Each change is
 written once, with an Event (``VClusterUnavailable``, a Warning; ``VClusterAvailable``); a pass
 that finds nothing changed writes nothing. The phase stays Ready throughout: it says what
 provisioning reached, as the original defines it.
@@ -19,23 +21,29 @@ from shared.model.tenant import COND_AVAILABLE, Condition, Tenant, TenantEvent
 
 AVAILABLE = "ControlPlaneReady"
 UNAVAILABLE = "ControlPlaneNotReady"
+NOT_SERVING = "APINotServing"
 
 
 def available(generation: int, message: str = "the vCluster's control plane is ready") -> Condition:
     return Condition(COND_AVAILABLE, "True", AVAILABLE, message, generation)
 
 
-def availability(rollout: Rollout, generation: int) -> Condition:
-    """The condition the vCluster's StatefulSet, as read, says: True while a control-plane pod is ready."""
-    if rollout.ready_replicas > 0:
-        return available(generation, f"the vCluster's control plane is ready ({rollout.ready_replicas} ready)")
-    return Condition(
-        COND_AVAILABLE,
-        "False",
-        UNAVAILABLE,
-        f"no pod of the vCluster's control plane is ready ({rollout.ready_replicas}/{rollout.replicas} ready)",
-        generation,
-    )
+def availability(rollout: Rollout, generation: int, api_missing: str | None = None) -> Condition:
+    """The condition the vCluster's StatefulSet, as read, says: True while a control-plane pod is
+    ready and, when it was asked (``api_missing``: what its API lacked through the stored
+    kubeconfig, None when it answered or was not asked), its API answers."""
+    if rollout.ready_replicas == 0:
+        return Condition(
+            COND_AVAILABLE,
+            "False",
+            UNAVAILABLE,
+            f"no pod of the vCluster's control plane is ready ({rollout.ready_replicas}/{rollout.replicas} ready)",
+            generation,
+        )
+    if api_missing is not None:
+        message = f"the vCluster's API through the stored kubeconfig: {api_missing}"
+        return Condition(COND_AVAILABLE, "False", NOT_SERVING, message, generation)
+    return available(generation, f"the vCluster's control plane is ready ({rollout.ready_replicas} ready)")
 
 
 def changed(tenant: Tenant, wanted: Condition) -> bool:

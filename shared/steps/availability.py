@@ -18,10 +18,13 @@ from shared.steps.reconcile import TenantStore, write_status
 log = logging.getLogger(__name__)
 
 
-def keep(kube: TenantStore, tenant: Tenant, rollout: Rollout) -> tuple[Condition, bool]:
-    """The condition ``rollout`` says, and whether it was written (it changed). A failed write
-    raises the adapter's ``TenantError``: the caller decides whether that is for the next pass."""
-    wanted = health.availability(rollout, tenant.generation)
+def keep(
+    kube: TenantStore, tenant: Tenant, rollout: Rollout, api_missing: str | None = None
+) -> tuple[Condition, bool]:
+    """The condition ``rollout`` (and the API's answer, when asked) says, and whether it was
+    written (it changed). A failed write raises the adapter's ``TenantError``: the caller decides
+    whether that is for the next pass."""
+    wanted = health.availability(rollout, tenant.generation, api_missing)
     if not health.changed(tenant, wanted):
         return wanted, False
     write_status(kube, tenant, StatusUpdate(conditions=(wanted,)))

@@ -45,7 +45,8 @@ Faults, by regular expressions on the release name: ``--never-boot`` (never come
 certificate does). And one a test switches on and off while the vCluster runs: the annotation
 ``standin.kubeopera.io/control-plane: not-ready`` on its StatefulSet makes the stand-in report no
 ready pod (``readyReplicas`` 0, as the StatefulSet controller reports a crash-looping pod); without
-it the pod is ready again.
+it the pod is ready again. ``standin.kubeopera.io/api: down`` makes its API refuse every connection
+(as ``--api-down`` does from the start), its pod still ready; without it the API answers again.
 
 Run: ``python -m testbed.standins.vcluster --kubeconfig PATH --boot-seconds 20 --api-port 0``.
 """
@@ -87,6 +88,8 @@ DEFAULT_SERVER = "https://localhost:8443"
 RELEASE_SELECTOR = "owner=helm,status=deployed"
 # On a booted vCluster's StatefulSet, "not-ready" takes its control plane down until it is removed.
 CONTROL_PLANE_ANNOTATION = "standin.kubeopera.io/control-plane"
+# ... and "down" here makes its API refuse every connection, its pod still ready.
+API_ANNOTATION = "standin.kubeopera.io/api"
 SELECTOR = "app=vcluster"  # the chart's StatefulSet
 TEN_YEARS = timedelta(days=3650)  # what vcluster 0.21.2 gives its CA and the exported client certificate
 ADMIN_USER, ADMIN_GROUP = "kube-admin", "system:masters"
@@ -318,9 +321,15 @@ class VClusterStandIn:
         return written
 
     def _keep_readiness(self, namespace: str, release: str, sts: Any) -> None:
-        """A booted vCluster's pod ready, or not while ``CONTROL_PLANE_ANNOTATION`` says ``not-ready``."""
+        """A booted vCluster's pod ready, or not while ``CONTROL_PLANE_ANNOTATION`` says ``not-ready``;
+        its API answering, or refusing while ``API_ANNOTATION`` says ``down``."""
+        annotations = sts.metadata.annotations or {}
+        if self._api is not None:
+            api_down = annotations.get(API_ANNOTATION) == "down" or self._faults.matches("api_down", release)
+            if self._api.set_down(namespace, release, api_down):
+                log.info("API down" if api_down else "API up again", extra={"namespace": namespace, "release": release})
         replicas = sts.spec.replicas if sts.spec.replicas is not None else 1
-        down = (sts.metadata.annotations or {}).get(CONTROL_PLANE_ANNOTATION) == "not-ready"
+        down = annotations.get(CONTROL_PLANE_ANNOTATION) == "not-ready"
         wanted = 0 if down else replicas
         if int((sts.status.ready_replicas if sts.status else 0) or 0) == wanted:
             return

@@ -30,6 +30,7 @@ EndpointSlice, so real CoreDNS and kube-proxy carry a pod's request here.
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import logging
@@ -102,6 +103,17 @@ class VirtualApiServer:
             service = f"{api.release}.{api.namespace}"
             for name in {*api.names, service, f"{service}.svc", f"{service}.svc.cluster.local"}:
                 self._apis[name.lower()] = api
+
+    def set_down(self, namespace: str, release: str, down: bool) -> bool:
+        """Make a published vCluster's API refuse every connection (or answer again); whether
+        that changed anything."""
+        with self._lock:
+            found = [(n, a) for n, a in self._apis.items() if (a.namespace, a.release) == (namespace, release)]
+            if not found or found[0][1].down == down:
+                return False
+            for name, api in found:
+                self._apis[name] = dataclasses.replace(api, down=down)
+            return True
 
     def withdraw(self, namespace: str, release: str) -> None:
         with self._lock:

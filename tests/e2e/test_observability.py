@@ -21,7 +21,7 @@ from deploy.monitoring import monitored_metric_names  # tests/deploy/monitoring.
 from shared.adapters.kube import Kube
 from shared.model.tenant import COND_AVAILABLE
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
-from testbed.standins.vcluster import CONTROL_PLANE_ANNOTATION
+from testbed.standins.vcluster import API_ANNOTATION, CONTROL_PLANE_ANNOTATION
 
 from .support import phase_of, tenant_events, tenant_yaml, wait_for
 
@@ -161,12 +161,17 @@ def test_a_vcluster_that_goes_down_after_ready_is_said_unavailable_and_available
     pipeline.kubectl("wait", "--for=condition=Ready", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=10s")
 
     control_plane(pipeline, kube, olive, "not-ready")
-    pipeline.tick()
-    assert pipeline.watch.wait_idle(timeout=30)
+    # heard from the StatefulSet's change (vcluster-source, check-ready's look): no resync tick
     pipeline.kubectl(
         "wait", "--for=condition=VClusterAvailable=False", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=30s"
     )
     assert available(kube, olive) == ("False", "ControlPlaneNotReady")
+    assert any(
+        d.trigger == "tenant-check-ready-hint" and d.subject == f"{TENANT_NAMESPACE}/{olive}"
+        for d in pipeline.watch.deliveries()
+    ), "the look at the change wrote it"
+    pipeline.tick()  # resync counts it for the gauge
+    assert pipeline.watch.wait_idle(timeout=30)
     tenant = kube.get_tenant(TENANT_NAMESPACE, olive)
     assert tenant is not None and tenant.status.phase == "Ready"  # the phase says what provisioning reached
     down = [e for e in tenant_events(pipeline, olive) if e["reason"] == "VClusterUnavailable"]
@@ -188,3 +193,33 @@ def test_a_vcluster_that_goes_down_after_ready_is_said_unavailable_and_available
     assert [e["reason"] for e in tenant_events(pipeline, olive)][-1] == "VClusterAvailable"
     resync = scrape(pipeline.function_urls["tenant-resync"])
     assert total(resync, "kubeopera_tenant_vclusters", available="true") == 1
+
+
+def test_a_vcluster_whose_api_stops_answering_is_said_unavailable_at_the_next_pass(
+    pipeline: Stack, kube: Kube, olive: str
+) -> None:
+    """Its pod still ready, its API refusing every connection (the stand-in's switch): resync asks
+    it through the stored kubeconfig on its pass, and says so; answering again, True again."""
+    statefulset = ("statefulset", f"vc-{olive}", "-n", f"vcluster-{olive}", "--overwrite")
+    standin_log = pipeline.run_dir / "logs" / "vcluster-standin.log"
+
+    def switched(message: str) -> int:
+        return sum(message in line and f"vc-{olive}" in line for line in standin_log.read_text().splitlines())
+
+    downs = switched('"API down"')
+    pipeline.kubectl("annotate", *statefulset, f"{API_ANNOTATION}=down")
+    try:
+        wait_for("the stand-in's API of olive down", lambda: switched('"API down"') > downs, timeout=30)
+        pipeline.resync()
+        assert available(kube, olive) == ("False", "APINotServing")
+        tenant = kube.get_tenant(TENANT_NAMESPACE, olive)
+        assert tenant is not None and tenant.status.phase == "Ready"
+        condition = tenant.status.condition("VClusterAvailable")
+        assert condition is not None and condition.message.startswith("the vCluster's API through the stored")
+        assert [e["reason"] for e in tenant_events(pipeline, olive)][-1] == "VClusterUnavailable"
+    finally:
+        ups = switched('"API up again"')
+        pipeline.kubectl("annotate", *statefulset, f"{API_ANNOTATION}-")
+    wait_for("the stand-in's API of olive up", lambda: switched('"API up again"') > ups, timeout=30)
+    pipeline.resync()
+    assert available(kube, olive) == ("True", "ControlPlaneReady")

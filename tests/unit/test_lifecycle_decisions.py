@@ -1325,6 +1325,13 @@ def test_a_look_at_a_ready_tenant_keeps_its_availability(
     assert live(kube).status.is_true("VClusterAvailable", 1)
     assert kube.event("VClusterAvailable")["type"] == "Normal"
 
+    # its pod ready, its API not answering through the kubeconfig vcluster exported (the stored one)
+    down = FakeVClusterApi(missing="/readyz: connection refused")
+    run_look(kube, helm, obj, vcluster=down)
+    available = live(kube).status.condition("VClusterAvailable")
+    assert available is not None and (available.status, available.reason) == ("False", "APINotServing")
+    assert down.asked == [CONFIG]
+
 
 # notify-api -------------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from .fakes import (
     FakeKube,
     FakeKubeoperaApi,
     FakeSink,
+    FakeVClusterApi,
     ref_of,
     tenant_object,
 )
@@ -1068,6 +1069,38 @@ def test_a_control_plane_with_no_ready_pod_makes_it_unavailable_once_and_availab
     assert resync(kube, sink, SETTINGS) == {"AVAILABILITY": 1}
     assert availability_of(kube) == ("True", "ControlPlaneReady")
     assert kube.event_reasons()[-1] == "VClusterAvailable"
+
+
+def test_an_api_that_stops_answering_through_the_stored_kubeconfig_makes_it_unavailable(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    """The pod ready, its API not answering through what kubeopera-api hands out: False,
+    APINotServing; True again once it answers. Asked only while a control-plane pod is ready."""
+    ready(kube, helm)
+    api = FakeVClusterApi()
+    assert resync(kube, sink, SETTINGS, vcluster=api) == {}
+    stored = kube.get_secret(TENANT_NAMESPACE, BOB_SECRET)
+    assert stored is not None and api.asked == [stored.data["kubeconfig"]], "the stored kubeconfig, once"
+
+    api.missing_now = "/readyz: connection refused"
+    assert resync(kube, sink, SETTINGS, vcluster=api) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("False", "APINotServing")
+    condition = live(kube).status.condition("VClusterAvailable")
+    assert condition is not None
+    assert condition.message == "the vCluster's API through the stored kubeconfig: /readyz: connection refused"
+    assert kube.event_reasons()[-1] == "VClusterUnavailable"
+    assert sink.sent == []
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 0, 1)  # and now its pod too
+    asked = len(api.asked)
+    assert resync(kube, sink, SETTINGS, vcluster=api) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("False", "ControlPlaneNotReady")
+    assert len(api.asked) == asked, "no pod ready: its API is not asked"
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)
+    api.missing_now = None
+    assert resync(kube, sink, SETTINGS, vcluster=api) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("True", "ControlPlaneReady")
 
 
 def test_a_ready_tenant_of_an_earlier_version_gets_the_condition_on_the_first_pass(
