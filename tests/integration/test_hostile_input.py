@@ -670,6 +670,15 @@ class RecordingApi:
         raise Tripwire("kubeopera-api report")
 
 
+class WorkingVCluster:
+    """The seeded Ready Tenant's vCluster API, as resync and check-ready ask it through a
+    kubeconfig: no vCluster runs here, and the world says it is up, so it answers. Asking it
+    changes nothing, so it is not a call the tests look for."""
+
+    def missing(self, kubeconfig: bytes) -> str | None:
+        return None
+
+
 class RecordingSink:
     """resync's broker: records what it is sent (resync's re-drives are sends, not writes)."""
 
@@ -944,6 +953,7 @@ def functions(world: World, fuzz_user: tuple[str, Path]) -> Iterator[dict[str, F
             helm=cast(Any, RecordingHelm(recorder)),
             kubeopera_api=cast(Any, RecordingApi(recorder)),
             sink=cast(Any, RecordingSink(recorder)),
+            vcluster_api=WorkingVCluster(),
         )
         built[name] = FunctionUnderTest(name, create_app(runtime), kube, recorder, api_client.user_agent)
     yield built
