@@ -42,7 +42,7 @@ from shared.adapters.vcluster_api import VClusterProbe
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import NotReadyYet, PermanentError, ProvisionTimeout, TemporaryError, TenantError
-from shared.model import event_types, lifecycle
+from shared.model import event_types, health, lifecycle
 from shared.model.cluster import Rollout
 from shared.model.naming import VCLUSTER_CONFIG_KEY, TenantNames
 from shared.model.release import DEPLOYED, FAILED
@@ -123,12 +123,7 @@ class Seen:
 
 def _see(kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str) -> Seen:
     rollout = kube.get_rollout(names.namespace, names.release) if release_status == DEPLOYED else None
-    config = None
-    if rollout is not None and rollout.done:
-        # Readable through install's RoleBinding in this namespace only (shared.steps.access), as is
-        # helm's release record (read in handle); a 403 on either is temporary.
-        with access.granted_at_run_time(names.namespace):
-            config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    config = _exported(kube, names) if rollout is not None and rollout.done else None
     api_missing = vcluster.missing(config) if config is not None else None
     return Seen(
         waiting_for(release_status, rollout, config is not None, names, api_missing),
@@ -143,11 +138,16 @@ UP_MESSAGE = "vCluster up; storing its kubeconfig"
 def _api_missing(kube: Cluster, vcluster: VClusterProbe, names: TenantNames, rollout: Rollout) -> str | None:
     """What a Ready Tenant's vCluster API lacks through the kubeconfig vcluster exported (the one
     stored, as resync checks), None when it answers or no control-plane pod is ready to ask."""
-    if rollout.ready_replicas == 0:
-        return None
-    with access.granted_at_run_time(names.namespace):
-        config = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+    config = _exported(kube, names) if rollout.ready_replicas > 0 else None
     return vcluster.missing(config) if config is not None else None
+
+
+def _exported(kube: Cluster, names: TenantNames) -> bytes | None:
+    """The kubeconfig vcluster wrote into Secret ``vc-<release>``. Readable through install's
+    RoleBinding in this namespace only (shared.steps.access), as is helm's release record; a 403
+    on either is temporary."""
+    with access.granted_at_run_time(names.namespace):
+        return kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
 
 
 def _ready(
@@ -265,7 +265,8 @@ def look(
     if tenant.status.phase == Phase.READY:
         rollout = kube.get_rollout(names.namespace, names.release)
         if rollout is not None:  # a StatefulSet gone is resync's: it re-installs the release
-            availability.keep(kube, tenant, rollout, _api_missing(kube, vcluster, names, rollout))
+            api_missing = _api_missing(kube, vcluster, names, rollout)
+            availability.keep(kube, tenant, health.availability(rollout, tenant.generation, api_missing))
         return None
     if tenant.status.phase != Phase.PROVISIONING:
         return None

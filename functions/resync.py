@@ -284,11 +284,11 @@ def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str
         drift = drifts.get(tenant.key)
         if drift is None or drift.rollout is None:
             continue
+        wanted, written = health.availability(drift.rollout, tenant.generation, drift.api_missing), False
         with logs.bind(tenant=tenant.key):
             try:
-                wanted, written = availability.keep(kube, tenant, drift.rollout, drift.api_missing)
+                written = availability.keep(kube, tenant, wanted)
             except TenantError as err:
-                wanted, written = health.availability(drift.rollout, tenant.generation, drift.api_missing), False
                 log.warning("availability not written; the next pass tries again", extra={"error": str(err)})
         by_state[wanted.status.lower()] += 1
         changed += written

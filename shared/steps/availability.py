@@ -11,23 +11,19 @@ from __future__ import annotations
 import logging
 
 from shared.model import health
-from shared.model.cluster import Rollout
 from shared.model.tenant import Condition, StatusUpdate, Tenant
 from shared.steps.reconcile import TenantStore, write_status
 
 log = logging.getLogger(__name__)
 
 
-def keep(
-    kube: TenantStore, tenant: Tenant, rollout: Rollout, api_missing: str | None = None
-) -> tuple[Condition, bool]:
-    """The condition ``rollout`` (and the API's answer, when asked) says, and whether it was
-    written (it changed). A failed write raises the adapter's ``TenantError``: the caller decides
-    whether that is for the next pass."""
-    wanted = health.availability(rollout, tenant.generation, api_missing)
+def keep(kube: TenantStore, tenant: Tenant, wanted: Condition) -> bool:
+    """Write ``wanted`` (``health.availability`` of what was read) when it differs from what the
+    Tenant says, with its Event; whether it was written. A failed write raises the adapter's
+    ``TenantError``: the caller decides whether that is for the next pass."""
     if not health.changed(tenant, wanted):
-        return wanted, False
+        return False
     write_status(kube, tenant, StatusUpdate(conditions=(wanted,)))
     kube.record_event(tenant, health.event_for(wanted))
     log.info("vCluster availability changed", extra={"available": wanted.status, "reason": wanted.reason})
-    return wanted, True
+    return True
