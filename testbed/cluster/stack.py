@@ -43,6 +43,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import requests
 import yaml
 
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE
@@ -50,6 +51,7 @@ from testbed.cluster import podlogs, release
 from testbed.controlplane import pki
 from testbed.images import build_all
 from testbed.knative.oidc import broker_audience
+from testbed.local.ticker import ping_event
 from testbed.node import NODE_IP, Node, start_node
 from testbed.processes import ProcessError, free_port
 from testbed.project import CHART_DIR, project_path
@@ -153,6 +155,15 @@ class ClusterStack:
         audience = broker_audience(NAMESPACE, "default")
         token = self.kubectl("create", "token", account, "-n", NAMESPACE, f"--audience={audience}").strip()
         return {"Authorization": f"Bearer {token}"}
+
+    def tick(self) -> None:
+        """Send the resync PingSource's event to the Broker now, as ``mtping`` sends it on the
+        schedule (with the PingSource's identity): one resync pass, in a pod of tenant-resync."""
+        headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
+        headers |= self.sender_authorization("pingsource", "tenant-resync")
+        session = requests.Session()
+        session.trust_env = False
+        session.post(self.broker_url, headers=headers, data=body, timeout=10).raise_for_status()
 
     @property
     def ingress_url(self) -> str:

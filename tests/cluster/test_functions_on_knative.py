@@ -1,6 +1,9 @@
 """The functions as real Knative Services on a real node: a Tenant reaches Ready through pods that
 Knative Serving starts from the function image, and those pods are locked down as deploy/ says.
 
+Last, the Tenant's vCluster goes down after Ready and comes back (the stand-in's switches), and
+its condition VClusterAvailable follows it through those same pods.
+
 Nothing here is a stand-in but the vCluster pod (the vCluster stand-in, a host process) and
 kubeopera-api (its stand-in, on the node address): the broker is Knative Eventing's, its
 deliveries go through Traefik and Knative's activator to pods the kubelet runs in containerd.
@@ -13,9 +16,11 @@ import json
 
 import pytest
 
+from shared.model.tenant import COND_AVAILABLE
 from testbed.cluster.scaling import ScaleTimeline, ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterStack
 from testbed.images import function_image_config
+from testbed.standins.vcluster import API_ANNOTATION, CONTROL_PLANE_ANNOTATION
 
 from .support import exec_python, phase, running_pod, tenant, wait_for
 
@@ -165,3 +170,59 @@ def test_a_pod_reaches_the_vcluster_through_each_advertised_name_with_the_stored
         "https://vc-pia.vcluster-pia.svc:443 None",
         "https://vc-pia.vcluster-pia.svc.cluster.local:443 None",
     ], lines
+
+
+def _available(cluster: ClusterStack, name: str) -> tuple[str, str] | None:
+    """Condition VClusterAvailable of a Tenant: (status, reason)."""
+    conditions = (cluster.get("kt", name, "-n", NAMESPACE).get("status") or {}).get("conditions") or []
+    found = next((c for c in conditions if c["type"] == COND_AVAILABLE), None)
+    return None if found is None else (str(found["status"]), str(found["reason"]))
+
+
+def _ticked_until(cluster: ClusterStack, name: str, want: tuple[str, str]) -> None:
+    """Resync passes (a tick every 15 s, each in a pod of tenant-resync) until the condition is ``want``.
+    The look at the StatefulSet's change may get there first: either is a pass of this test."""
+
+    def reached() -> bool:
+        if _available(cluster, name) == want:
+            return True
+        cluster.tick()
+        return False
+
+    wait_for(f"{name}'s VClusterAvailable to be {want}", reached, timeout=180, interval=15)
+
+
+def test_the_availability_follows_the_vcluster_down_and_up_again(cluster: ClusterStack) -> None:
+    """Truth after Ready on real pods: the stand-in's control plane taken down is heard from its
+    StatefulSet's change (vcluster-source's adapter pod, the router's and check-ready's pods) with no
+    resync tick, and ``kubectl wait`` sees it; its API refusing every connection is found through
+    the stored kubeconfig, over real CoreDNS and kube-proxy (resync's pass from its pod, or the
+    look); each comes back, with an Event on each change, and the phase stays Ready."""
+    wait_for("pia to be Ready", lambda: phase(cluster, "pia") == "Ready", timeout=300)
+    assert _available(cluster, "pia") == ("True", "ControlPlaneReady")
+    statefulset = ("statefulset", "vc-pia", "-n", "vcluster-pia", "--overwrite")
+    wait = ("wait", "tenant/pia", "-n", NAMESPACE, "--timeout=180s")
+    try:
+        cluster.kubectl("annotate", *statefulset, f"{CONTROL_PLANE_ANNOTATION}=not-ready")
+        cluster.kubectl(*wait, "--for=condition=VClusterAvailable=False", timeout=200)
+        assert _available(cluster, "pia") == ("False", "ControlPlaneNotReady")
+        assert phase(cluster, "pia") == "Ready"
+    finally:
+        cluster.kubectl("annotate", *statefulset, f"{CONTROL_PLANE_ANNOTATION}-")
+    cluster.kubectl(*wait, "--for=condition=VClusterAvailable=True", timeout=200)
+    assert _available(cluster, "pia") == ("True", "ControlPlaneReady")
+
+    try:
+        cluster.kubectl("annotate", *statefulset, f"{API_ANNOTATION}=down")
+        _ticked_until(cluster, "pia", ("False", "APINotServing"))
+        assert phase(cluster, "pia") == "Ready"
+    finally:
+        cluster.kubectl("annotate", *statefulset, f"{API_ANNOTATION}-")
+    _ticked_until(cluster, "pia", ("True", "ControlPlaneReady"))
+
+    # An Event on each change (the same reason and message again folds into one's count)
+    events = cluster.get("events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=pia")["items"]
+    down = [e["message"] for e in events if e["reason"] == "VClusterUnavailable"]
+    assert any(m.startswith("no pod of the vCluster's control plane is ready") for m in down), down
+    assert any(m.startswith("the vCluster's API") for m in down), down
+    assert sum(int(e.get("count") or 1) for e in events if e["reason"] == "VClusterAvailable") >= 2, events

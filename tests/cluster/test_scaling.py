@@ -12,12 +12,9 @@ import time
 import uuid
 
 import pytest
-import requests
 
 from testbed.cluster.scaling import ScaleTimeline, cold_start, ready_pods
 from testbed.cluster.stack import NAMESPACE, ClusterStack
-from testbed.local.ticker import ping_event
-from testbed.project import project_path
 
 from .support import phase, tenant, wait_for
 
@@ -70,11 +67,7 @@ def test_an_event_wakes_only_the_function_it_is_for(cluster: ClusterStack) -> No
     wait_for("every function at zero pods", lambda: _all_at_zero(cluster), timeout=240, interval=2)
     timeline = ScaleTimeline(lambda: ready_pods(cluster.node, NAMESPACE, cluster.functions)).start()
     try:
-        headers, body = ping_event(project_path("eventing", "resync-pingsource.yaml"))
-        headers |= cluster.sender_authorization("pingsource", "tenant-resync")  # as mtping sends it
-        session = requests.Session()
-        session.trust_env = False
-        session.post(cluster.broker_url, headers=headers, data=body, timeout=10).raise_for_status()
+        cluster.tick()  # as mtping sends it
         wait_for("tenant-resync to run a pod", lambda: timeline.peak("tenant-resync") >= 1, timeout=120)
         time.sleep(OBSERVE_SECONDS)  # what the resync sends (nothing: every Tenant is Ready) would wake others by now
         labelled = timeline.elapsed()
