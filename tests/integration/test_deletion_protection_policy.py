@@ -82,9 +82,11 @@ def create(cp: ControlPlane, name: str, namespace: str, protection: str | None =
 
 def in_force(cp: ControlPlane, namespace: str) -> None:
     """Wait until the policy refuses a bad value in ``namespace``: a Tenant created with one before
-    that is deleted again (it is not protected by such a value until the policy is in force)."""
+    that is deleted again, its value set to "false" first (the policy may be in force by then,
+    and then such a value protects)."""
     deadline = time.monotonic() + IN_FORCE_WITHIN
     while (made := create(cp, "probe", namespace, "probe")).returncode == 0:
+        kubectl(cp, "annotate", TENANTS, "probe", "-n", namespace, f"{KEY}=false", "--overwrite")
         kubectl(cp, "delete", TENANTS, "probe", "-n", namespace)
         assert time.monotonic() < deadline, "the deletion-protection policy did not come into force"
         time.sleep(0.5)
@@ -225,7 +227,8 @@ def test_delete_all_and_delete_collection_leave_the_protected_tenant(
     assert create(cp, "drop-three", namespace).returncode == 0
     with pytest.raises(ApiException) as collection:
         custom_objects.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-    assert protected_message(namespace, "keep") in str(collection.value.body), collection.value.body
+    assert collection.value.status == 403, collection.value.body
+    assert protected_message(namespace, "keep") in json.loads(collection.value.body)["message"]
     left = kubectl(cp, "get", TENANTS, "-n", namespace, "-o", "name").stdout.split()
     assert left == ["tenant.kubeopera.io/keep"], left
     kubectl(cp, "annotate", TENANTS, "keep", "-n", namespace, f"{KEY}-")
@@ -279,3 +282,4 @@ def test_a_tenant_being_deleted_cannot_be_protected(control_plane: ControlPlane,
     patch = json.dumps([{"op": "remove", "path": "/metadata/finalizers"}])
     kubectl(cp, "patch", TENANTS, "going", "-n", namespace, "--type=json", "-p", patch)
     assert get(cp, namespace, "going") is None
+
