@@ -1,6 +1,6 @@
 """The ``kubeopera-tenants`` command: what an operator runs against any cluster.
 
-``status`` lists Tenants as ``kubectl get`` would, with the last message; ``retry`` is the
+``status`` lists Tenants as ``kubectl get`` would, with their deletion protection and the last message; ``retry`` is the
 runbook's manual step, patching a Failed Tenant's phase back to Pending so that install starts
 over; ``rotate`` has a Ready Tenant's vCluster issue new certificates and waits until the new
 kubeconfig is stored and announced (``shared.steps.rotation``). All take ``--kubeconfig`` (or the usual
@@ -26,7 +26,7 @@ from shared.adapters.kube import Kube
 from shared.errors import Conflict, TenantError
 from shared.model import lifecycle
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE
-from shared.model.tenant import Phase, parse_time
+from shared.model.tenant import Phase, deletion_protected, parse_time
 from shared.steps.reconcile import retry_update
 from shared.steps.rotation import RotationError, rotate
 
@@ -45,8 +45,9 @@ def _age(created: str, now: datetime) -> str:
 
 
 def status_table(objects: Sequence[Mapping[str, Any]], now: datetime) -> str:
-    """The Tenants as a table: namespace, name, phase, vCluster, age and the last message."""
-    rows = [("NAMESPACE", "NAME", "PHASE", "VCLUSTER", "AGE", "MESSAGE")]
+    """The Tenants as a table: namespace, name, phase, vCluster, age, whether the API server
+    refuses its deletion (annotation kubeopera.io/deletion-protection) and the last message."""
+    rows = [("NAMESPACE", "NAME", "PHASE", "VCLUSTER", "AGE", "PROTECTED", "MESSAGE")]
     for obj in sorted(objects, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
         meta, status = obj["metadata"], obj.get("status") or {}
         rows.append(
@@ -56,6 +57,7 @@ def status_table(objects: Sequence[Mapping[str, Any]], now: datetime) -> str:
                 status.get("phase") or "Pending",
                 status.get("vclusterName") or "-",
                 _age(meta.get("creationTimestamp", ""), now),
+                "yes" if deletion_protected(meta) else "-",
                 (status.get("message") or "").replace("\n", " ")[:100],
             )
         )
@@ -112,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = top.add_subparsers(dest="command", required=True)
     for name, text in (
-        ("status", "list Tenants with phase, vCluster, age and the last message"),
+        ("status", "list Tenants with phase, vCluster, age, deletion protection and the last message"),
         ("retry", "patch a Failed Tenant's phase to Pending so it is provisioned again"),
         (
             "rotate",

@@ -36,6 +36,9 @@ LABEL_OWNER_NAME = "kubeopera.io/owner-name"
 LABEL_MANAGED_BY = "kubeopera.io/managed-by"
 LABEL_TENANT_NAME = "kubeopera.io/tenant"
 MANAGED_BY = "tenant-controller"
+# On a Tenant, "true" makes the API server refuse its deletion (deploy/base/policy/
+# tenant-deletion-protection.yaml, which spells it too: tests/deploy/test_manifests.py).
+ANNOTATION_DELETION_PROTECTION = "kubeopera.io/deletion-protection"
 KUBECONFIG_KEY = "kubeconfig"
 KUBECONFIG_EXTERNAL_KEY = "kubeconfig-external"  # with VCLUSTER_EXTERNAL_SERVER: its server instead
 VCLUSTER_CONFIG_KEY = "config"

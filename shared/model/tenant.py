@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.errors import PermanentError
-from shared.model.naming import TenantNames
+from shared.model.naming import ANNOTATION_DELETION_PROTECTION, TenantNames
 
 GROUP = "kubeopera.io"
 VERSION = "v1alpha1"
@@ -42,6 +42,14 @@ class Phase(enum.StrEnum):
     READY = "Ready"
     FAILED = "Failed"
     DELETING = "Deleting"
+
+
+def deletion_protected(metadata: Mapping[str, Any]) -> bool:
+    """Whether the API server refuses this Tenant's deletion (its ``metadata``), as
+    ``deploy/base/policy/tenant-deletion-protection.yaml`` decides: it carries the annotation with
+    any value but "false" (only "true" and "false" can be written; an older other value protects)."""
+    annotations = metadata.get("annotations") or {}
+    return ANNOTATION_DELETION_PROTECTION in annotations and annotations[ANNOTATION_DELETION_PROTECTION] != "false"
 
 
 def utcnow() -> datetime:

@@ -15,8 +15,14 @@ import pytest
 from functions import check_ready
 from shared.delivery import events
 from shared.model import event_types, lifecycle, ownership
-from shared.model.naming import DEFAULT_TENANT_NAMESPACE, LABEL_MANAGED_BY, LABEL_OWNER_UID, MANAGED_BY
-from shared.model.tenant import Tenant
+from shared.model.naming import (
+    ANNOTATION_DELETION_PROTECTION,
+    DEFAULT_TENANT_NAMESPACE,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER_UID,
+    MANAGED_BY,
+)
+from shared.model.tenant import GROUP, PLURAL, Tenant
 from shared.model.values import vcluster_values
 from shared.settings import HELM_KILL_AFTER_SECONDS, Settings
 from shared.steps import access
@@ -71,6 +77,19 @@ def yaml_files() -> list[Path]:
     return sorted(p for p in found if not (NOT_KUBERNETES & {p, *p.parents}))
 
 
+def policy_files() -> dict[str, Path]:
+    """The admission policies of deploy/base/policy by name: each file holds one and its binding."""
+    found: dict[str, Path] = {}
+    for path in sorted((DEPLOY / "base" / "policy").glob("*.yaml")):
+        docs = file_documents(path)
+        assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"], path
+        policy, binding = docs
+        assert binding["metadata"]["name"] == binding["spec"]["policyName"] == policy["metadata"]["name"], path
+        assert policy["spec"]["failurePolicy"] == "Fail" and binding["spec"]["validationActions"] == ["Deny"], path
+        found[policy["metadata"]["name"]] = path
+    return found
+
+
 def provision_timeout() -> int:
     config = objects_of(file_documents(DEPLOY / "base" / "config.yaml"), "ConfigMap")["tenant-functions-config"]
     return int(config["data"]["PROVISION_TIMEOUT_SECONDS"])
@@ -105,6 +124,7 @@ def test_overlay_renders_everything(rendered: Mapping[str, str], overlay: str) -
     assert kinds["Namespace"] == {NAMESPACE}
     assert "tenant-functions-config" in kinds["ConfigMap"]
     assert kinds["ValidatingAdmissionPolicy"] == kinds["ValidatingAdmissionPolicyBinding"]
+    assert kinds["ValidatingAdmissionPolicy"] == set(policy_files()), "every policy/ file is rendered, and only those"
     for name, service in objects_of(docs, "Service").items():
         image = service["spec"]["template"]["spec"]["containers"][0]["image"]
         assert image == f"{IMAGE}:{TAGS[overlay]}", name
@@ -418,6 +438,26 @@ def test_cluster_wide_rules_are_only_where_namespaces_are_unknown() -> None:
     for name in ("tenant-notify-api", "tenant-dead-letter"):
         kinds = {doc["kind"] for doc in file_documents(RBAC / f"{name}.yaml")}
         assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, name
+
+
+def test_deletion_protection_guards_tenants_by_the_models_annotation() -> None:
+    """policy/tenant-deletion-protection.yaml: DELETE of Tenants (and CREATE and UPDATE, for the
+    value), the annotation spelled as shared.model.naming has it, its message giving the command
+    that lifts it (tests/integration/test_deletion_protection_policy.py runs it on the API server)."""
+    policy, _ = file_documents(policy_files()["kubeopera-tenants-deletion-protection"])
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": [GROUP],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": [PLURAL],
+        }
+    ], "tenants alone: tenants/status writes (the functions') never touch the annotation"
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["key"] == f"'{ANNOTATION_DELETION_PROTECTION}'"
+    refusal = policy["spec"]["validations"][0]
+    assert "request.operation != 'DELETE'" in refusal["expression"] and refusal["reason"] == "Forbidden"
+    assert f"kubectl annotate {PLURAL}.{GROUP} " in refusal["messageExpression"]
 
 
 def test_sources_read_tenants_and_statefulsets_and_nothing_else() -> None:

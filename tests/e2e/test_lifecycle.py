@@ -31,6 +31,7 @@ from shared.adapters.kube import Kube
 from shared.adapters.vcluster_api import VClusterApi
 from shared.delivery import events
 from shared.model import event_types
+from shared.model.naming import ANNOTATION_DELETION_PROTECTION
 from shared.model.tenant import Tenant
 from shared.steps.locks import LEASE_SECONDS
 from testbed.controlplane import as_syncer
@@ -322,6 +323,15 @@ def test_a_tenant_forging_helm_history_is_refused_and_without_the_policy_harms_o
 def test_deleting_a_ready_tenant_removes_everything_then_the_tenant(pipeline: Stack, kube: Kube) -> None:
     erin = provision(pipeline, kube, "erin", CS_ERIN)
     assert exists(pipeline, "statefulset", "vc-erin", "-n", "vcluster-erin")
+    # Protected (deploy/base/policy/tenant-deletion-protection.yaml), its deletion is refused and
+    # nothing starts: no deletionTimestamp, so no cleanup; lifted, it deletes as any other.
+    protect = ("annotate", "kt", "erin", "-n", TENANT_NAMESPACE)
+    pipeline.kubectl(*protect, f"{ANNOTATION_DELETION_PROTECTION}=true")
+    refused = kubectl_as(pipeline, pipeline.admin_kubeconfig, "delete", "kt", "erin", "-n", TENANT_NAMESPACE)
+    assert refused.returncode != 0 and "is protected from deletion" in refused.stderr, refused.stderr
+    protected = kube.get_tenant(TENANT_NAMESPACE, "erin")
+    assert protected is not None and not protected.deleting and protected.uid == erin.uid
+    pipeline.kubectl(*protect, f"{ANNOTATION_DELETION_PROTECTION}-")
     pipeline.kubectl("delete", "kt", "erin", "-n", TENANT_NAMESPACE, "--wait=false")
     deleting = wait_for("erin Deleting", lambda: phase_of(kube, "erin", "Deleting"), timeout=30)
     assert deleting.deleting
