@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from shared.adapters import chart_schema
+from shared.adapters import values_schema
 from shared.errors import ConfigError, TenantError
 from shared.model.plans import Plan
 from shared.model.tenant import Quota, Tenant, TenantSpec
@@ -67,7 +67,7 @@ def check(settings: Settings, schema: Mapping[str, Any] | None) -> None:
         return
     refused = []
     for plan in settings.plans.plans:
-        found = chart_schema.problems(schema, release_values(SAMPLE, settings, plan))
+        found = values_schema.problems(schema, release_values(SAMPLE, settings, plan))
         if found:
             refused.append(f"plan {plan.name}: " + "; ".join(found))
     if refused:

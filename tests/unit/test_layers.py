@@ -41,7 +41,7 @@ ONE_IMPORTER = {
     "prometheus_client": "shared.observability.metrics",
     "pythonjsonlogger": "shared.observability.logs",
     "cryptography": "shared.steps.certificates",
-    "jsonschema": "shared.adapters.chart_schema",
+    "jsonschema": "shared.adapters.values_schema",
 }
 
 

@@ -42,5 +42,5 @@ def test_the_tracing_sdk_is_loaded_only_when_tracing_is_on() -> None:
 
 def test_the_schema_check_loads_jsonschema_only_when_it_runs() -> None:
     """install checks its plans against the chart's schema at its first readiness with the chart,
-    not as its worker starts (shared.adapters.chart_schema)."""
+    not as its worker starts (shared.adapters.values_schema)."""
     assert loaded("import functions.install", "jsonschema")["jsonschema"] is False

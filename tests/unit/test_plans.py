@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from functions import install
-from shared.adapters import chart_schema
+from shared.adapters import values_schema
 from shared.errors import ConfigError, UnknownPlan
 from shared.model import event_types, quantity
 from shared.model.isolation import Isolation
@@ -310,7 +310,7 @@ def test_the_shipped_plans_pass_the_rules_and_the_real_schema(tmp_path: Path, ma
     assert set(settings.plans.names) == {n.removesuffix(".yaml") for n in config_map["data"]}
     plan_steps.check(settings, SCHEMA)
     for plan in settings.plans.plans:
-        assert chart_schema.problems(SCHEMA, plan_steps.release_values(plan_steps.SAMPLE, settings, plan)) == []
+        assert values_schema.problems(SCHEMA, plan_steps.release_values(plan_steps.SAMPLE, settings, plan)) == []
 
 
 # the check against the chart's schema ---------------------------------------------------------------
@@ -318,7 +318,7 @@ def test_the_shipped_plans_pass_the_rules_and_the_real_schema(tmp_path: Path, ma
 
 def test_the_schema_check_names_the_unknown_key_and_the_bad_value() -> None:
     values = {"controlPlane": {"statefulSet": {"scheduling": {"nodeSelectors": {}, "tolerations": {"key": "a"}}}}}
-    assert chart_schema.problems(SCHEMA, values) == [
+    assert values_schema.problems(SCHEMA, values) == [
         "controlPlane.statefulSet.scheduling.nodeSelectors: not a value of the chart "
         "(Additional properties are not allowed ('nodeSelectors' was unexpected))",
         "controlPlane.statefulSet.scheduling.tolerations: {'key': 'a'} is not of type 'array'",
