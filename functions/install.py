@@ -28,8 +28,10 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    ``ReleaseTampered`` (a Warning Event naming the Secret, its type and labels), and no helm
    operation runs;
 6. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
-   if it already has these values); a release a killed helm left pending for longer than
-   ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.adapters.helm``);
+   if it already has these values), its values under the plan ``spec.plan`` names
+   (``shared.steps.plans``; an unknown plan fails the Tenant before step 3); a release a killed
+   helm left pending for longer than ``STUCK_RELEASE_SECONDS`` is recovered first
+   (``shared.adapters.helm``);
 7. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 
 A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
@@ -54,7 +56,7 @@ from flask import Flask
 import shared.adapters.helm  # noqa: F401
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
-from shared.errors import NamespaceTerminating, PermanentError, TenantError
+from shared.errors import NamespaceTerminating, PermanentError
 from shared.model import event_types, lifecycle, service_range
 from shared.model.isolation import policy_objects
 from shared.model.ownership import Claim, namespace_labels
@@ -69,11 +71,11 @@ from shared.model.tenant import (
     rfc3339,
     utcnow,
 )
-from shared.model.values import keep_distro, vcluster_values
+from shared.model.values import keep_distro
 from shared.observability import tracing
 from shared.runtime import Cluster, HelmRuns, Runtime
 from shared.settings import Settings
-from shared.steps import access, claims
+from shared.steps import access, claims, plans
 from shared.steps.locks import installing, work_lock
 from shared.steps.reconcile import first_sight, live_tenant, write_status
 
@@ -117,6 +119,8 @@ def _provision(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant
 
 def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> BaseCloudEvent:
     """Steps 3 to 7, under the Tenant namespace's work lock."""
+    # The release's values under the Tenant's plan, first: an unknown plan fails it before anything is made.
+    values = plans.release_values(tenant, settings)
     claims.check_rivals(kube, tenant)
     claims.claim_cloud_space(kube, tenant)
     names = tenant.spec.names
@@ -151,14 +155,7 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) 
     release = helm.install_or_upgrade(
         names.release,
         names.namespace,
-        vcluster_values(
-            tenant,
-            settings.environment,
-            settings.isolation,
-            settings.service_cidr,
-            settings.distro,
-            settings.external_server,
-        ),
+        values,
         guard=claims.release_guard(kube, tenant),
         reapply=reapply,
         keep=keep_distro,
@@ -211,13 +208,8 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     )
     log.info("host Service range", extra={"serviceCIDR": settings.service_cidr})
 
-    def chart_ready() -> bool:
-        try:
-            helm.chart()
-        except TenantError:
-            log.exception("chart not available yet")
-            return False
-        return True
+    # Ready once the chart is pulled and every plan passes its values.schema.json (shared.steps.plans).
+    plan_check = plans.PlanCheck(settings, helm)
 
     return function_app(
         Step(
@@ -226,7 +218,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
             accepts=lifecycle.INSTALL.takes,
             handle=lambda event, ref: handle(rt.kube, helm, settings, ref),
             on_permanent=rt.mark_failed,
-            ready=chart_ready,
+            ready=plan_check.ready,
         ),
         rt.sender_check(),
     )

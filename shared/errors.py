@@ -82,6 +82,12 @@ class ProvisionTimeout(PermanentError):
     reason = "ProvisionTimeout"
 
 
+class UnknownPlan(PermanentError):
+    """The Tenant's ``spec.plan`` names no plan of ``PLANS_DIR``; the message lists the plans."""
+
+    reason = "UnknownPlan"
+
+
 class CleanupStalled(PermanentError):
     """Nothing of a Tenant's deletion moved for ``CLEANUP_STALL_SECONDS``; the message says what is stuck."""
 

@@ -42,6 +42,7 @@ from shared.settings import Settings
 from shared.steps.access import AccessApi
 from shared.steps.claims import ClaimSource
 from shared.steps.locks import Leases
+from shared.steps.plans import ChartSource
 from shared.steps.reconcile import TenantStore, mark_failed
 from shared.steps.rotation import RotationKube
 
@@ -76,7 +77,7 @@ class Cluster(AccessApi, ClaimSource, Leases, RotationKube, TenantStore, Protoco
     def review_token(self, token: str, audience: str) -> Review: ...
 
 
-class HelmRuns(Releases, Protocol):
+class HelmRuns(Releases, ChartSource, Protocol):
     """What install and cleanup ask of helm (``shared.adapters.helm.Helm``)."""
 
     def chart(self) -> Any: ...

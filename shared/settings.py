@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlparse
 
+import yaml
+
 from shared.errors import ConfigError
 from shared.model import service_range
 from shared.model.isolation import Isolation
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE
+from shared.model.plans import PLAN_NAME, Plan, Plans
 from shared.model.values import DISTROS
 
 # The check-ready and cleanup Triggers' retryAfterMax (eventing/triggers): the broker caps every
@@ -32,6 +35,8 @@ RETRY_AFTER_MAX_SECONDS = 15
 HELM_KILL_AFTER_SECONDS: Final = 2
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Where install's Knative Service mounts the ConfigMap tenant-plans (deploy/base/services/tenant-install.yaml).
+PLANS_DIR = Path("/etc/kubeopera-tenants/plans")
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$")
 
 
@@ -89,6 +94,9 @@ class Settings:
     # ``https://{tenant}.vclusters.example.com:443``. Its host becomes a name of the vCluster's
     # certificate, and the stored Secret gets a second kubeconfig with it (KUBECONFIG_EXTERNAL_KEY).
     external_server: str = ""
+    # PLANS_DIR: the platform's plans (shared.model.plans), one values file <plan>.yaml each (the
+    # ConfigMap tenant-plans); read and checked here, so a bad plan fails the start naming plan and key.
+    plans: Plans = Plans()
 
     @property
     def verify_senders(self) -> bool:
@@ -155,6 +163,7 @@ class Settings:
             delete_retained_volumes=_bool(env, "DELETE_RETAINED_VOLUMES"),
             distro=_distro(env),
             external_server=_external_server(env),
+            plans=_plans(env),
             **_senders(env),
         )
 
@@ -179,6 +188,34 @@ def _external_server(env: Mapping[str, str]) -> str:
     if url.scheme != "https" or is_ip or not _DNS_NAME.match(host) or url.path not in ("", "/"):
         raise ConfigError(f"{name} must be https://<host>[:port] with a DNS name as host, got {template!r}")
     return template.rstrip("/")
+
+
+def _plans(env: Mapping[str, str]) -> Plans:
+    """The plans of PLANS_DIR: each ``<plan>.yaml`` there (hidden entries, such as a ConfigMap
+    volume's ``..data``, skipped). No folder at the default path (a function without the mount) is
+    the empty default plan alone; a PLANS_DIR set to no folder is an error."""
+    raw = env.get("PLANS_DIR", "").strip()
+    folder = Path(raw) if raw else PLANS_DIR
+    if not folder.is_dir():
+        if raw:
+            raise ConfigError(f"PLANS_DIR must be a folder of plans (<plan>.yaml each), got {raw!r}")
+        return Plans()
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        name = entry.name.removesuffix(".yaml")
+        if not entry.is_file() or not entry.name.endswith(".yaml") or not PLAN_NAME.match(name):
+            raise ConfigError(
+                f"PLANS_DIR {folder}: {entry.name!r} is not a plan: a plan is a file <plan>.yaml, "
+                "<plan> a DNS label (lower case letters, digits, '-')"
+            )
+        try:
+            values = yaml.safe_load(entry.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise ConfigError(f"plan {name} ({entry}): not a readable YAML file: {err}") from None
+        found.append(Plan.parse(name, values))
+    return Plans.of(found)
 
 
 def _distro(env: Mapping[str, str]) -> str:

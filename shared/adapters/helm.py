@@ -31,10 +31,12 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shlex
 import shutil
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
@@ -149,6 +151,22 @@ class Helm:
                     self._chart = _run(self._load_chart())
                     outcome.append("loaded")
             return self._chart
+
+    def values_schema(self) -> Mapping[str, Any] | None:
+        """The pinned chart's ``values.schema.json`` (None: the chart has none), read from the chart
+        as pulled (``chart()``): a chart folder, or a packaged chart given by path."""
+        where = Path(str(self.chart().ref))
+        try:
+            if where.is_dir():
+                found = where / "values.schema.json"
+                return _json_map(found.read_bytes()) if found.is_file() else None
+            with tarfile.open(where) as archive:  # a packaged chart: <name>/values.schema.json
+                names = (m for m in archive.getmembers() if m.name.count("/") == 1)
+                member = next((m for m in names if m.name.endswith("/values.schema.json")), None)
+                data = archive.extractfile(member) if member is not None else None
+                return _json_map(data.read()) if data is not None else None
+        except (OSError, tarfile.TarError, ValueError) as err:
+            raise PermanentError(f"the chart's values.schema.json ({where}) cannot be read: {err}") from None
 
     async def _load_chart(self) -> Any:
         if self._chart_ref.startswith("/"):
@@ -316,6 +334,13 @@ class Helm:
             outcome.append("uninstalled")
             log.info("release uninstalled", extra={"release": name, "namespace": namespace})
             return True
+
+
+def _json_map(data: bytes) -> Mapping[str, Any]:
+    schema = json.loads(data)
+    if not isinstance(schema, Mapping):
+        raise ValueError("not a JSON object")
+    return schema
 
 
 @contextmanager

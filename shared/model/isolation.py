@@ -46,7 +46,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.errors import ConfigError
@@ -167,6 +167,21 @@ class Isolation:
             },
         }
 
+    def changed(self, numbers: Mapping[str, Mapping[str, str]]) -> Isolation:
+        """These numbers with entries changed or added (a plan's, ``shared.model.plans``): ``numbers``
+        maps ``resource_quota``, ``limit_default`` or ``limit_default_request`` to entries, each
+        already checked with ``entry_problem``. As with the settings, an entry cannot be removed."""
+
+        def entries(name: str, current: Entries) -> Entries:
+            return tuple((dict(current) | dict(numbers.get(name) or {})).items())
+
+        return replace(
+            self,
+            resource_quota=entries("resource_quota", self.resource_quota),
+            limit_default=entries("limit_default", self.limit_default),
+            limit_default_request=entries("limit_default_request", self.limit_default_request),
+        )
+
     def pod_security_labels(self) -> dict[str, str]:
         """The Pod Security labels of a tenant's namespace."""
         return {
@@ -192,6 +207,16 @@ def quota_with(quota: dict[str, str], control_plane: Mapping[str, str]) -> dict[
 Entries = tuple[tuple[str, str], ...]
 
 
+def entry_problem(key: str, value: str) -> str | None:
+    """Why ``key: value`` cannot be an entry of the policies' numbers (None: it can): the one rule
+    of a ``TENANT_*`` setting's entries and of a plan's (``shared.model.plans``)."""
+    if not _RESOURCE_NAME.match(key):
+        return f"{key!r} is not a resource name (requests.cpu, count/pods, requests.nvidia.com/gpu)"
+    if not _non_negative(value):
+        return f"{key} must be a Kubernetes quantity >= 0 (10, 500m, 20Gi), got {value!r}"
+    return None
+
+
 def _quantities(env: Mapping[str, str], name: str, defaults: Entries) -> Entries:
     """``defaults`` with the entries of ``name=quantity,...`` changed or added."""
     entries = dict(defaults)
@@ -200,8 +225,8 @@ def _quantities(env: Mapping[str, str], name: str, defaults: Entries) -> Entries
         key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not _RESOURCE_NAME.match(key):
             raise ConfigError(f"{name} must be name=quantity pairs, comma-separated (cpu=1,memory=2Gi), got {item!r}")
-        if not _non_negative(value):
-            raise ConfigError(f"{name}: {key} must be a Kubernetes quantity >= 0 (10, 500m, 20Gi), got {value!r}")
+        if problem := entry_problem(key, value):
+            raise ConfigError(f"{name}: {problem}")
         entries[key] = value
     return tuple(entries.items())
 

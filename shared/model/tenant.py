@@ -72,12 +72,17 @@ class Quota:
     memory: str
 
 
+# The plan a Tenant runs when its spec names none (``spec.plan``; shared.model.plans).
+DEFAULT_PLAN = "default"
+
+
 @dataclass(frozen=True)
 class TenantSpec:
     user_id: str
     tenant_name: str
     cloud_space_id: str
     quota: Quota
+    plan: str = DEFAULT_PLAN  # spec.plan: the platform's values under its own (shared.model.plans)
 
     @property
     def names(self) -> TenantNames:
@@ -193,6 +198,7 @@ class Tenant:
                 quota=Quota(
                     cpu=_required(quota, "cpu", "quota.cpu"), memory=_required(quota, "memory", "quota.memory")
                 ),
+                plan=str(spec.get("plan") or DEFAULT_PLAN),
             )
         except KeyError as missing:
             raise PermanentError(f"Tenant {meta.get('name')!r} lacks spec.{missing.args[0]}") from None

@@ -46,9 +46,11 @@ def function_specs(
     broker_address: str,
     sender_env: Mapping[str, Mapping[str, str]],
     sink_tokens: Mapping[str, Path],
+    mount_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, ProcessSpec]:
     """Knative Service name -> its process, each on a free port of its own. ``sender_env`` is each
-    one's SENDER_* settings, ``sink_tokens`` the token file of those a SinkBinding binds."""
+    one's SENDER_* settings, ``sink_tokens`` the token file of those a SinkBinding binds,
+    ``mount_env`` the settings of its ConfigMap mounts (:mod:`.mounts`)."""
     specs: dict[str, ProcessSpec] = {}
     for service, module in functions.items():
         port = free_port()
@@ -58,6 +60,7 @@ def function_specs(
         if service in sink_tokens:
             env["SINK_TOKEN_FILE"] = str(sink_tokens[service])  # where the SinkBinding mounts /oidc/token
         env.update(sender_env.get(service, {}))
+        env.update((mount_env or {}).get(service, {}))
         env.update(options.function_env)  # the caller's word is last
         specs[service] = ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir)
     return specs

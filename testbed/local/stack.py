@@ -69,6 +69,7 @@ from testbed.local.function_processes import function_specs, port_of, start_func
 from testbed.local.identities import Identities
 from testbed.local.kubelet_images import kubelet_images
 from testbed.local.manifests import BROKER, SOURCE, admitted_manifests, routes
+from testbed.local.mounts import config_map_env
 from testbed.local.options import StackOptions
 from testbed.local.ticker import ping_event
 from testbed.processes import ManagedProcess, ProcessSpec, Supervisor, free_port
@@ -303,6 +304,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
                 broker_address,
                 sender_plan.env,
                 sink_tokens,
+                config_map_env(manifests, functions, run_dir),
             )
             start_functions(sup, specs)
             serving_standin.publish(

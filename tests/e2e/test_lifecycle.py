@@ -75,6 +75,7 @@ CS_FAY = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6b"
 CS_DARK = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6c"
 CS_NARROW = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6d"
 CS_SLOW = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6e"
+CS_PAM = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"
 
 
 SLOW_HELM_SECONDS = LEASE_SECONDS + 5  # helm of release vc-slow-*: longer than the work Lease lasts
@@ -403,6 +404,23 @@ def test_a_hand_made_namespace_is_refused_and_survives_the_tenants_deletion(pipe
     delete_and_wait_gone(pipeline, kube, "frank")
     assert exists(pipeline, "configmap", "precious", "-n", "vcluster-frank")
     assert "CleanupSkipped" in reasons(pipeline, "frank")
+
+
+def test_a_tenant_of_a_plan_the_platform_lacks_fails_listing_the_plans(pipeline: Stack, kube: Kube) -> None:
+    """install reads the plans of deploy/base's ConfigMap tenant-plans, as its pod would (the stack
+    writes its files where PLANS_DIR points); a Tenant naming another plan is Failed before anything
+    of it is made, and its deletion needs nothing but the finalizer's removal."""
+    (config_map,) = [d for d in yaml.safe_load_all(project_path("deploy", "base", "plans.yaml").read_text()) if d]
+    plans_dir = Path(pipeline.function_specs["tenant-install"].env["PLANS_DIR"])
+    assert {f.name: f.read_text() for f in plans_dir.iterdir()} == config_map["data"]
+    body = yaml.safe_load(tenant_yaml("pam", CS_PAM))
+    body["spec"]["plan"] = "platinum"
+    pipeline.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+    failed = wait_for("pam Failed", lambda: phase_of(kube, "pam", "Failed"), timeout=60)
+    assert failed.status.message == "spec.plan 'platinum' is not a plan of this platform; the plans are: default"
+    assert "UnknownPlan" in reasons(pipeline, "pam")
+    assert not exists(pipeline, "namespace", "vcluster-pam")
+    delete_and_wait_gone(pipeline, kube, "pam")
 
 
 def test_a_hand_made_kubeconfig_secret_is_never_overwritten(pipeline: Stack, kube: Kube) -> None:

@@ -605,6 +605,7 @@ class FakeHelm:
         self.releases: dict[tuple[str, str], dict[str, Any]] = {}
         self.operations: list[tuple[str, str]] = []  # ("install" | "upgrade" | "uninstall", "ns/name")
         self.calls: Counter[str] = Counter()
+        self.schema: Mapping[str, Any] | None = None
 
     def add_release(
         self, name: str, namespace: str, values: Mapping[str, Any], status: str = DEPLOYED, revision: int = 1
@@ -622,6 +623,11 @@ class FakeHelm:
         """The pinned chart (install's readiness asks for it); always at hand here."""
         _tally(self.calls, "chart")
         return {"name": "vcluster", "version": CHART_VERSION}
+
+    def values_schema(self) -> Mapping[str, Any] | None:
+        """The chart's values.schema.json: ``schema`` (none unless a test gives one)."""
+        _tally(self.calls, "values_schema")
+        return self.schema
 
     def _state(self, name: str, namespace: str) -> ReleaseState:
         found = self.releases[(namespace, name)]

@@ -41,6 +41,7 @@ ONE_IMPORTER = {
     "prometheus_client": "shared.observability.metrics",
     "pythonjsonlogger": "shared.observability.logs",
     "cryptography": "shared.steps.certificates",
+    "jsonschema": "shared.adapters.values_schema",
 }
 
 

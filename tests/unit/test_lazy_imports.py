@@ -38,3 +38,9 @@ def test_the_tracing_sdk_is_loaded_only_when_tracing_is_on() -> None:
     on = "from shared.observability import tracing\nassert tracing.configure('t', {'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:9'})"
     assert loaded(off, "opentelemetry.sdk.trace")["opentelemetry.sdk.trace"] is False
     assert loaded(on, "opentelemetry.sdk.trace")["opentelemetry.sdk.trace"] is True
+
+
+def test_the_schema_check_loads_jsonschema_only_when_it_runs() -> None:
+    """install checks its plans against the chart's schema at its first readiness with the chart,
+    not as its worker starts (shared.adapters.values_schema)."""
+    assert loaded("import functions.install", "jsonschema")["jsonschema"] is False
