@@ -32,6 +32,15 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    ``STUCK_RELEASE_SECONDS`` is recovered first (``shared.adapters.helm``);
 7. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 
+A Ready Tenant that runs another chart version or other values than install computes now (the
+setting ``VCLUSTER_CHART_VERSION``, a plan, the base values changed: a *fleet change*,
+``shared.model.rollout.behind``) is upgraded in waves: only while it holds one of the
+``ROLLOUT_MAX_PARALLEL`` rollout slots (``shared.steps.rollout.admit``: taken here, held until it is
+Ready again), and not at all while the rollout is halted; otherwise the delivery answers that
+there is nothing to do, and the Tenant stays Ready as it is (resync sends it again). A Tenant's own
+change (a new generation: a quota) goes at once, without a slot. Step 7 records what the release
+runs now: ``status.chartVersion`` and ``status.valuesDigest``.
+
 A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
 when the namespace is this Tenant's (``access.grant_if_ours``): a Tenant made before they
 existed gets them on its next delivery (resync sends one when its own reads there are refused,
@@ -55,9 +64,10 @@ import shared.adapters.helm  # noqa: F401
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import NamespaceTerminating, PermanentError, TenantError
-from shared.model import event_types, lifecycle, service_range
+from shared.model import event_types, lifecycle, rollout, service_range
 from shared.model.isolation import policy_objects
 from shared.model.ownership import Claim, namespace_labels
+from shared.model.rollout import Target
 from shared.model.tenant import (
     COND_READY,
     COND_RELEASE_INSTALLED,
@@ -69,11 +79,12 @@ from shared.model.tenant import (
     rfc3339,
     utcnow,
 )
-from shared.model.values import keep_distro, vcluster_values
+from shared.model.values import keep_distro
 from shared.observability import tracing
 from shared.runtime import Cluster, HelmRuns, Runtime
 from shared.settings import Settings
 from shared.steps import access, claims
+from shared.steps import rollout as waves
 from shared.steps.locks import installing, work_lock
 from shared.steps.reconcile import first_sight, live_tenant, write_status
 
@@ -86,18 +97,25 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
     if tenant is None:
         return None
     skip = lifecycle.install_skip_reason(tenant)
-    if skip is not None:
+    wanted = waves.target(tenant, settings)
+    if skip is not None and not rollout.behind(tenant, wanted):
         log.info(skip)
         _grant_if_ours(kube, tenant, settings)
+        return None
+    # A Ready Tenant behind the fleet (another chart version or values: a fleet change) is upgraded
+    # only in a rollout slot; without one it stays Ready as it is (resync sends it again).
+    if skip is not None and not waves.admit(kube, settings, tenant, wanted):
         return None
     with installing(tenant.uid, tenant.generation) as mine:
         if not mine:
             log.info("another delivery in this process is installing this generation; nothing to add")
             return None
-        return _provision(kube, helm, settings, tenant)
+        return _provision(kube, helm, settings, tenant, wanted)
 
 
-def _provision(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> BaseCloudEvent | None:
+def _provision(
+    kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target
+) -> BaseCloudEvent | None:
     tenant = first_sight(kube, tenant)
     if not tenant.has_finalizer:
         tenant = kube.set_finalizer(tenant, present=True)
@@ -109,13 +127,13 @@ def _provision(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant
         if fresh is None or fresh.deleting:
             log.info("the tenant is being deleted; that is cleanup's work, and nothing of it is made")
             return None
-        if lifecycle.is_settled(fresh) and fresh.has_finalizer:
+        if lifecycle.is_settled(fresh) and fresh.has_finalizer and not rollout.behind(fresh, wanted):
             log.info("provisioned by another delivery meanwhile; nothing to add")
             return None
-        return _install(kube, helm, settings, tenant)
+        return _install(kube, helm, settings, tenant, wanted)
 
 
-def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> BaseCloudEvent:
+def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target) -> BaseCloudEvent:
     """Steps 3 to 7, under the Tenant namespace's work lock."""
     claims.check_rivals(kube, tenant)
     claims.claim_cloud_space(kube, tenant)
@@ -151,14 +169,7 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) 
     release = helm.install_or_upgrade(
         names.release,
         names.namespace,
-        vcluster_values(
-            tenant,
-            settings.environment,
-            settings.isolation,
-            settings.service_cidr,
-            settings.distro,
-            settings.external_server,
-        ),
+        waves.release_values(tenant, settings),
         guard=claims.release_guard(kube, tenant),
         reapply=reapply,
         keep=keep_distro,
@@ -175,6 +186,9 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) 
                 "observedGeneration": tenant.generation,
                 "lastSyncedAt": rfc3339(utcnow()),
                 "message": message,
+                # what it runs now (shared.model.rollout): the chart version and its values' digest
+                **wanted.status_fields(),
+                "rollout": "",
                 # the trace this provisioning is in: check-ready's look continues it (tracing on)
                 **({"traceparent": trace} if (trace := tracing.current_traceparent()) else {}),
             },

@@ -89,6 +89,9 @@ class Settings:
     # ``https://{tenant}.vclusters.example.com:443``. Its host becomes a name of the vCluster's
     # certificate, and the stored Secret gets a second kubeconfig with it (KUBECONFIG_EXTERNAL_KEY).
     external_server: str = ""
+    # ROLLOUT_MAX_PARALLEL: a fleet change (the chart version, a plan, the base values) upgrades at
+    # most this many Ready Tenants at a time across the fleet (shared.model.rollout).
+    rollout_max_parallel: int = 2
 
     @property
     def verify_senders(self) -> bool:
@@ -155,6 +158,7 @@ class Settings:
             delete_retained_volumes=_bool(env, "DELETE_RETAINED_VOLUMES"),
             distro=_distro(env),
             external_server=_external_server(env),
+            rollout_max_parallel=_positive_int(env, "ROLLOUT_MAX_PARALLEL", defaults.rollout_max_parallel, "Tenants"),
             **_senders(env),
         )
 
@@ -222,14 +226,14 @@ def _senders(env: Mapping[str, str]) -> dict[str, Any]:
     return {"sender_audience": audience, "sender_subjects": subjects}
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "seconds") -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a whole number of seconds, got {raw!r}") from None
+        raise ConfigError(f"{name} must be a whole number of {unit}, got {raw!r}") from None
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
     return value
