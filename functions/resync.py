@@ -334,8 +334,8 @@ def roll_out(kube: Cluster, sink: EventSender, settings: Settings, tenants: Sequ
     marked = 0
     sent = {t.key for t in sends}
     for tenant in ours:
-        mark = rollout.waiting_mark(tenant, behind[tenant.key] and tenant.key not in sent)
-        if mark is None:
+        mark = rollout.waiting_mark(tenant, behind[tenant.key]) if tenant.key not in sent else None
+        if mark is None:  # right as it is, or install's write for the one sent now clears it
             continue
         with logs.bind(tenant=tenant.key):
             try:

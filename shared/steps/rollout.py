@@ -92,6 +92,18 @@ def read(kube: RolloutKube, namespace: str, max_parallel: int, lookup: Lookup | 
     return Slots(tuple(slots), halted)
 
 
+def listed(markers: Mapping[str, Marker], lookup: Lookup) -> Slots:
+    """The slots and the halt record from the rollout's Leases as listed, by name (the command's
+    view: every slot there, whatever ``ROLLOUT_MAX_PARALLEL`` the functions run with)."""
+    slots = []
+    for name in sorted(n for n in markers if n.startswith(rollout.SLOT_PREFIX)):
+        slot = Slot.of(name, markers[name].labels, markers[name].resource_version)
+        slots.append((name, slot, lookup(slot.tenant) if slot.tenant else None))
+    halt = markers.get(rollout.HALT_NAME)
+    halted = Slot.of(rollout.HALT_NAME, halt.labels, halt.resource_version) if halt is not None else None
+    return Slots(tuple(slots), halted)
+
+
 def admit(kube: RolloutKube, settings: Settings, tenant: Tenant, wanted: Target) -> bool:
     """May install upgrade ``tenant`` to ``wanted`` now (a fleet change)? True when it holds a slot,
     taken now if one is free; False (logged) while the rollout is halted or every slot is held."""
@@ -138,10 +150,9 @@ def record_halt(kube: RolloutKube, found: Slots) -> Tenant | None:
     return holder
 
 
-def resume(kube: RolloutKube, namespace: str, max_parallel: int) -> str:
-    """End a halt: delete the halt record, and the slots of Tenants still Failed (skipped, out of the
-    rollout until retried). What was done, in a sentence."""
-    found = read(kube, namespace, max_parallel)
+def resume(kube: RolloutKube, namespace: str, found: Slots) -> str:
+    """End a halt: delete the halt record, and the slots (as ``found``) of Tenants still Failed
+    (skipped, out of the rollout until retried). What was done, in a sentence."""
     done: list[str] = []
     for name, slot, holder in found.slots:
         if slot is not None and rollout.slot_failed(slot, holder):

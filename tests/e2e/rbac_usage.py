@@ -96,6 +96,14 @@ NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
             "an upgrade that changes them (TENANT_EGRESS_*); uninstall of a stuck pending-install",
         ),
     ],
+    "tenant-resync": [
+        (
+            "coordination.k8s.io",
+            {"leases"},
+            {"create"},
+            "the halt record of a fleet upgrade, when a Tenant fails its upgrade: tests/e2e/test_rollout.py",
+        ),
+    ],
     "tenant-cleanup": [
         ("coordination.k8s.io", {"leases"}, {"get", "update"}, "another holder's Lease: tests/e2e/test_faults.py"),
         (
