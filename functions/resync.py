@@ -315,7 +315,7 @@ def roll_out(kube: Cluster, sink: EventSender, settings: Settings, tenants: Sequ
     namespace = settings.tenant_namespace
     ours = [t for t in tenants if t.namespace == namespace]
     by_name = {t.name: t for t in ours}
-    behind = {t.key: rollout.behind(t, waves.target(t, settings)) for t in ours}
+    behind = {t.key: _behind(t, settings) for t in ours}
     if any(behind.values()) or _rollout_recorded(kube, namespace, settings.rollout_max_parallel):
         found = waves.read(kube, namespace, settings.rollout_max_parallel, by_name.get)
     else:  # a settled fleet: nothing more to read
@@ -353,6 +353,18 @@ def roll_out(kube: Cluster, sink: EventSender, settings: Settings, tenants: Sequ
         },
     )
     return {k: v for k, v in (("ROLLOUT", len(sends)), ("ROLLOUT_MARK", marked)) if v}
+
+
+def _behind(tenant: Tenant, settings: Settings) -> bool:
+    """``rollout.behind`` with install's target; a Tenant whose values cannot be computed (a spec
+    install would refuse) is left out, logged: one odd Tenant never stops the pass."""
+    if not rollout.in_fleet(tenant):
+        return False
+    try:
+        return rollout.behind(tenant, waves.target(tenant, settings))
+    except TenantError as err:
+        log.warning("no rollout target for the Tenant", extra={"tenant": tenant.key, "error": str(err)})
+        return False
 
 
 def _rollout_recorded(kube: Cluster, namespace: str, slots: int) -> bool:
