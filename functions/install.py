@@ -97,14 +97,16 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
     if tenant is None:
         return None
     skip = lifecycle.install_skip_reason(tenant)
-    wanted = waves.target(tenant, settings)
-    if skip is not None and not rollout.behind(tenant, wanted):
-        log.info(skip)
-        _grant_if_ours(kube, tenant, settings)
-        return None
     # A Ready Tenant behind the fleet (another chart version or values: a fleet change) is upgraded
     # only in a rollout slot; without one it stays Ready as it is (resync sends it again).
-    if skip is not None and not waves.admit(kube, settings, tenant, wanted):
+    if skip is None:
+        wanted = waves.target(tenant, settings)
+    elif rollout.in_fleet(tenant) and rollout.behind(tenant, wanted := waves.target(tenant, settings)):
+        if not waves.admit(kube, settings, tenant, wanted):
+            return None
+    else:
+        log.info(skip)
+        _grant_if_ours(kube, tenant, settings)
         return None
     with installing(tenant.uid, tenant.generation) as mine:
         if not mine:
