@@ -38,8 +38,10 @@ setting ``VCLUSTER_CHART_VERSION``, a plan, the base values changed: a *fleet ch
 ``ROLLOUT_MAX_PARALLEL`` rollout slots (``shared.steps.rollout.admit``: taken here, held until it is
 Ready again), and not at all while the rollout is halted; otherwise the delivery answers that
 there is nothing to do, and the Tenant stays Ready as it is (resync sends it again). A Tenant's own
-change (a new generation: a quota) goes at once, without a slot. Step 7 records what the release
-runs now: ``status.chartVersion`` and ``status.valuesDigest``.
+change (a new generation: a quota) goes at once, without a slot. A fleet upgrade writes phase
+Provisioning (``status.rollout: Upgrading``) before helm runs: a Ready Tenant is never failed, and
+one whose upgrade helm refuses must be Failed, so that the rollout halts there. Step 7 records what
+the release runs now: ``status.chartVersion`` and ``status.valuesDigest``.
 
 A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
 when the namespace is this Tenant's (``access.grant_if_ours``): a Tenant made before they
@@ -99,11 +101,13 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
     skip = lifecycle.install_skip_reason(tenant)
     # A Ready Tenant behind the fleet (another chart version or values: a fleet change) is upgraded
     # only in a rollout slot; without one it stays Ready as it is (resync sends it again).
+    fleet = False
     if skip is None:
         wanted = waves.target(tenant, settings)
     elif rollout.in_fleet(tenant) and rollout.behind(tenant, wanted := waves.target(tenant, settings)):
         if not waves.admit(kube, settings, tenant, wanted):
             return None
+        fleet = True
     else:
         log.info(skip)
         _grant_if_ours(kube, tenant, settings)
@@ -112,11 +116,11 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
         if not mine:
             log.info("another delivery in this process is installing this generation; nothing to add")
             return None
-        return _provision(kube, helm, settings, tenant, wanted)
+        return _provision(kube, helm, settings, tenant, wanted, fleet)
 
 
 def _provision(
-    kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target
+    kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target, fleet: bool
 ) -> BaseCloudEvent | None:
     tenant = first_sight(kube, tenant)
     if not tenant.has_finalizer:
@@ -132,11 +136,13 @@ def _provision(
         if lifecycle.is_settled(fresh) and fresh.has_finalizer and not rollout.behind(fresh, wanted):
             log.info("provisioned by another delivery meanwhile; nothing to add")
             return None
-        return _install(kube, helm, settings, tenant, wanted)
+        return _install(kube, helm, settings, tenant, wanted, fleet)
 
 
-def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target) -> BaseCloudEvent:
-    """Steps 3 to 7, under the Tenant namespace's work lock."""
+def _install(
+    kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target, fleet: bool
+) -> BaseCloudEvent:
+    """Steps 3 to 7, under the Tenant namespace's work lock. ``fleet``: a fleet upgrade in a slot."""
     claims.check_rivals(kube, tenant)
     claims.claim_cloud_space(kube, tenant)
     names = tenant.spec.names
@@ -165,6 +171,25 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, 
         present = {o for _, o in kube.list_policy_objects(names.namespace)}
         return not set(policy_objects(names.release)) <= present
 
+    if fleet:
+        # Out of Ready before helm runs: a Ready Tenant is never failed (reconcile.fail), and a
+        # fleet upgrade that helm refuses must fail it, so that the rollout halts there.
+        tenant = write_status(
+            kube,
+            tenant,
+            StatusUpdate(
+                phase=Phase.PROVISIONING,
+                fields={
+                    "lastSyncedAt": rfc3339(utcnow()),
+                    "message": f"upgrading to chart {wanted.chart_version} (values {wanted.values_digest})",
+                    "rollout": rollout.UPGRADING_MARK,
+                },
+                conditions=(
+                    Condition(COND_READY, "False", lifecycle.PROVISIONING_REASON, "upgrading", tenant.generation),
+                ),
+            ),
+        )
+
     # A tampered history (a Secret with the release's labels that helm did not write) fails the
     # Tenant with ReleaseTampered before any helm process reads it; the guard checks again.
     claims.check_history(kube, tenant)
@@ -190,7 +215,7 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, 
                 "message": message,
                 # what it runs now (shared.model.rollout): the chart version and its values' digest
                 **wanted.status_fields(),
-                "rollout": "",
+                "rollout": rollout.UPGRADING_MARK if fleet else "",
                 # the trace this provisioning is in: check-ready's look continues it (tracing on)
                 **({"traceparent": trace} if (trace := tracing.current_traceparent()) else {}),
             },

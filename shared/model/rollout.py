@@ -20,6 +20,8 @@ behind; install upgrades them at most ``ROLLOUT_MAX_PARALLEL`` at a time across 
 - A slot whose Tenant is Failed halts the rollout (``halted_by``): no slot is taken while it does,
   and the halt is recorded (Lease ``rollout-halted``, naming the Tenant) so that it lasts until
   ``kubeopera-tenants rollout resume`` removes it, even once the Tenant was fixed and retried.
+- ``next_up``: the waiting Tenant notify-api asks install for when it makes an upgraded Tenant
+  Ready (its slot is free now), so that the next wave does not wait for resync's tick.
 - ``state``: what ``kubeopera-tenants rollout status`` and the metric say of each Tenant: done,
   waiting, in progress, halted, or outside the rollout (not Ready, and holding no slot).
 """
@@ -44,8 +46,10 @@ UID_LABEL: Final = "kubeopera.io/rollout-tenant-uid"
 GENERATION_LABEL: Final = "kubeopera.io/rollout-generation"
 CHART_LABEL: Final = "kubeopera.io/rollout-chart-version"
 DIGEST_LABEL: Final = "kubeopera.io/rollout-values-digest"
-# Status ``rollout`` as resync marks a Tenant that waits for a slot (install's next write clears it).
+# Status ``rollout``: "Waiting" as resync marks a Tenant that waits for a slot; "Upgrading" as
+# install writes it when it upgrades one in a slot (notify-api's Ready clears it); "" otherwise.
 WAITING_MARK: Final = "Waiting"
+UPGRADING_MARK: Final = "Upgrading"
 DIGEST_LENGTH: Final = 16  # hex characters of sha256: a label value, and short in ``kubectl get -o wide``
 
 
@@ -227,6 +231,22 @@ def state(tenant: Tenant, is_behind: bool, slot: Slot | None, halted: Slot | Non
 
 
 def waiting_mark(tenant: Tenant, is_behind: bool) -> str | None:
-    """The ``status.rollout`` resync should write, None when it is right as it is."""
-    wanted = WAITING_MARK if is_behind else ""
-    return None if tenant.status.rollout == wanted else wanted
+    """The ``status.rollout`` resync should write, None when it is right as it is: "Waiting" on a
+    Tenant behind, "" on one marked Waiting that no longer is. install's "Upgrading" is notify-api's
+    to clear (its Ready asks for the next Tenant)."""
+    if is_behind:
+        return None if tenant.status.rollout == WAITING_MARK else WAITING_MARK
+    return "" if tenant.status.rollout == WAITING_MARK else None
+
+
+def next_up(done: Tenant, tenants: Sequence[Tenant]) -> Tenant | None:
+    """The waiting Tenant (``status.rollout: Waiting``) to send to install now that ``done``, just
+    made Ready after its upgrade, frees its slot: of the Tenants still upgrading and ``done``, by
+    name, ``done``'s place picks the waiting one at the same place (so two slots freed at once ask
+    for two Tenants, not one twice), the last waiting one past the end; None when none waits. Races
+    only make two ask for one (install takes one slot for it; resync's tick fills the other)."""
+    waiting = sorted((t for t in tenants if t.status.rollout == WAITING_MARK and in_fleet(t)), key=lambda t: t.name)
+    if not waiting:
+        return None
+    upgrading = sorted({t.name for t in tenants if t.status.rollout == UPGRADING_MARK} | {done.name})
+    return waiting[min(upgrading.index(done.name), len(waiting) - 1)]

@@ -6,9 +6,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from functions import install
+import pytest
+
+from functions import install, notify_api
 from functions.resync import roll_out
 from shared import cli
+from shared.errors import PermanentError
 from shared.model import event_types, rollout
 from shared.model.rollout import Admission, Slot, State, Target
 from shared.model.tenant import FINALIZER, Phase, Tenant
@@ -16,7 +19,7 @@ from shared.settings import Settings
 from shared.steps import rollout as waves
 from shared.steps.reconcile import mark_failed
 
-from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, FakeSink, ref_of, tenant_object
+from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, FakeKubeoperaApi, FakeSink, ref_of, tenant_object
 
 BEFORE = Settings(rollout_max_parallel=2)
 # A fleet change: the base values change for every Tenant (as a new chart version or a plan would).
@@ -200,6 +203,23 @@ def test_a_failed_upgrade_halts_the_rollout_until_resumed() -> None:
     assert waves.resume(kube, TENANT_NAMESPACE, waves.read(kube, TENANT_NAMESPACE, 2)).startswith("the rollout is not")
 
 
+def test_an_upgrade_helm_refuses_fails_the_tenant_and_halts_the_rollout() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 3)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise PermanentError("helm upgrade --install: the chart rejected the values: refused")
+
+    helm.install_or_upgrade = refuse  # type: ignore[method-assign]
+    with pytest.raises(PermanentError):
+        deliver(kube, helm, 0)
+    assert live(kube, 0).status.phase == Phase.PROVISIONING, "out of Ready before helm ran"
+    assert mark_failed(kube, live(kube, 0).ref, "the chart rejected the values")  # the HTTP layer's on_permanent
+    assert not deliver(kube, helm, 1), "halted"
+    assert held(kube)["rollout-halted"] == "ten0"
+
+
 def test_the_halt_lasts_after_the_tenant_is_fixed_until_resume() -> None:
     kube = FakeKube()
     helm = FakeHelm(kube)
@@ -215,6 +235,43 @@ def test_the_halt_lasts_after_the_tenant_is_fixed_until_resume() -> None:
     assert not deliver(kube, helm, 1), "still halted: resume says when to go on"
     waves.resume(kube, TENANT_NAMESPACE, waves.read(kube, TENANT_NAMESPACE, 2))
     assert deliver(kube, helm, 1)
+
+
+def test_next_up_gives_two_slots_freed_at_once_two_tenants() -> None:
+    def t(n: str, mark: str) -> Tenant:
+        obj = tenant_object(n, cs(1), uid=n, finalizers=[FINALIZER], status=READY_AT_TARGET | {"rollout": mark})
+        return Tenant.from_object(obj)
+
+    a, b = t("aaa", "Upgrading"), t("bbb", "Upgrading")
+    w1, w2, w3 = t("www1", "Waiting"), t("www2", "Waiting"), t("www3", "Waiting")
+    fleet_now = [a, b, w3, w1, w2]
+    assert rollout.next_up(a, fleet_now) == w1
+    assert rollout.next_up(b, fleet_now) == w2
+    assert rollout.next_up(b, [a, b, w3]) == w3, "past the end: the last"
+    assert rollout.next_up(a, [a, b]) is None
+
+
+def test_notify_api_asks_install_for_the_next_tenant_when_an_upgrade_is_ready() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 3)
+    roll_out(kube, FakeSink(), AFTER, kube.list_tenants(TENANT_NAMESPACE, ""))  # sends ten0, ten1; ten2 waits
+    assert deliver(kube, helm, 0) and deliver(kube, helm, 1)
+    kube.set_phase(TENANT_NAMESPACE, name(0), "Provisioning")  # check-ready saw it up
+
+    reply = notify_api.handle(kube, FakeKubeoperaApi(), live(kube, 0).ref)
+    assert reply is not None and reply.get_type() == event_types.INSTALL
+    assert reply.get_data()["name"] == "ten2"  # type: ignore[index]
+    assert (live(kube, 0).status.phase, live(kube, 0).status.rollout) == (Phase.READY, "")
+    assert deliver(kube, helm, 2), "the slot ten0 held is free: ten2 takes it"
+
+
+def test_notify_api_of_a_tenants_own_change_asks_for_nothing() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 1)
+    kube.set_phase(TENANT_NAMESPACE, name(0), "Provisioning")
+    assert notify_api.handle(kube, FakeKubeoperaApi(), live(kube, 0).ref) is None
 
 
 # resync -------------------------------------------------------------------------------------------
@@ -242,7 +299,7 @@ def test_resync_sends_the_next_wave_and_marks_the_rest_waiting() -> None:
     assert roll_out(kube, sink, AFTER, kube.list_tenants(TENANT_NAMESPACE, "")) == {"ROLLOUT": 2}
     for i in (2, 3):
         assert deliver(kube, helm, i)
-        assert live(kube, i).status.rollout == "", "install's write clears the mark"
+        assert live(kube, i).status.rollout == "Upgrading", "install's write replaces the mark"
 
 
 def test_resync_records_a_halt_and_sends_nothing_while_halted() -> None:
