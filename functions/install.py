@@ -104,7 +104,9 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
     fleet = False
     if skip is None:
         wanted = waves.target(tenant, settings)
-    elif rollout.in_fleet(tenant) and rollout.behind(tenant, wanted := waves.target(tenant, settings)):
+    elif (rollout.in_fleet(tenant) or tenant.status.rollout == rollout.UPGRADING_MARK) and (
+        rollout.behind(tenant, wanted := waves.target(tenant, settings)) or rollout.upgrade_begun(tenant, wanted)
+    ):
         if not waves.admit(kube, settings, tenant, wanted):
             return None
         fleet = True
@@ -133,7 +135,12 @@ def _provision(
         if fresh is None or fresh.deleting:
             log.info("the tenant is being deleted; that is cleanup's work, and nothing of it is made")
             return None
-        if lifecycle.is_settled(fresh) and fresh.has_finalizer and not rollout.behind(fresh, wanted):
+        if (
+            lifecycle.is_settled(fresh)
+            and fresh.has_finalizer
+            and not rollout.behind(fresh, wanted)
+            and not (fleet and rollout.upgrade_begun(fresh, wanted))
+        ):
             log.info("provisioned by another delivery meanwhile; nothing to add")
             return None
         return _install(kube, helm, settings, tenant, wanted, fleet)

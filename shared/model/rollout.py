@@ -12,6 +12,8 @@ behind; install upgrades them at most ``ROLLOUT_MAX_PARALLEL`` at a time across 
   generation: a quota) is install's work at once, never held back (``lifecycle.wants_install``).
   A Tenant with no target recorded (provisioned before this field existed) is behind once: its
   upgrade changes nothing in helm (same values, same chart) and records the target.
+- ``upgrade_begun``: install wrote Provisioning for a fleet upgrade and did not finish it (helm's
+  answer was temporary, say): its event's re-delivery goes on.
 - ``Slot``: a rollout slot, Lease ``rollout-slot-<i>`` in the Tenants' namespace, created by the
   install that takes it for one Tenant and one target (its labels). A slot is held from the
   upgrade until its Tenant is Ready again at that target (``slot_free``: then any install may take
@@ -90,6 +92,20 @@ def in_fleet(tenant: Tenant) -> bool:
 def behind(tenant: Tenant, wanted: Target) -> bool:
     """A fleet change: Ready at its generation, running another target than ``wanted``."""
     return in_fleet(tenant) and running(tenant) != wanted
+
+
+def upgrade_begun(tenant: Tenant, wanted: Target) -> bool:
+    """A fleet upgrade install began (phase Provisioning, ``Upgrading``) and did not finish (it
+    records the target last): a re-delivery of its event goes on with it, in the slot it holds."""
+    status = tenant.status
+    return (
+        status.phase == Phase.PROVISIONING
+        and status.rollout == UPGRADING_MARK
+        and status.observed_generation == tenant.generation
+        and tenant.has_finalizer
+        and not tenant.deleting
+        and running(tenant) != wanted
+    )
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from functions import install, notify_api
 from functions.resync import roll_out
 from shared import cli
-from shared.errors import PermanentError
+from shared.errors import PermanentError, TemporaryError
 from shared.model import event_types, rollout
 from shared.model.rollout import Admission, Slot, State, Target
 from shared.model.tenant import FINALIZER, Phase, Tenant
@@ -218,6 +218,26 @@ def test_an_upgrade_helm_refuses_fails_the_tenant_and_halts_the_rollout() -> Non
     assert mark_failed(kube, live(kube, 0).ref, "the chart rejected the values")  # the HTTP layer's on_permanent
     assert not deliver(kube, helm, 1), "halted"
     assert held(kube)["rollout-halted"] == "ten0"
+
+
+def test_an_upgrade_helm_answered_temporarily_goes_on_at_its_redelivery() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 2)
+    real = helm.install_or_upgrade
+
+    def busy(*args: Any, **kwargs: Any) -> Any:
+        raise TemporaryError("helm upgrade --install: another helm operation is in progress", retry_after=5)
+
+    helm.install_or_upgrade = busy  # type: ignore[method-assign]
+    with pytest.raises(TemporaryError):
+        deliver(kube, helm, 0)
+    assert (live(kube, 0).status.phase, live(kube, 0).status.rollout) == (Phase.PROVISIONING, "Upgrading")
+    helm.install_or_upgrade = real  # type: ignore[method-assign]
+    assert deliver(kube, helm, 0), "the broker's re-delivery upgrades it, in the slot it holds"
+    assert live(kube, 0).status.values_digest == waves.target(live(kube, 0), AFTER).values_digest
+    assert held(kube) == {"rollout-slot-0": "ten0"}
+    assert not deliver(kube, helm, 0), "done: a duplicate adds nothing"
 
 
 def test_the_halt_lasts_after_the_tenant_is_fixed_until_resume() -> None:
