@@ -34,6 +34,17 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    (``shared.adapters.helm``);
 7. phase Provisioning, and the reply ``io.kubeopera.tenant.provisioning``.
 
+A Ready Tenant that runs another chart version or other values than install computes now (the
+setting ``VCLUSTER_CHART_VERSION``, a plan, the base values changed: a *fleet change*,
+``shared.model.rollout.behind``) is upgraded in waves: only while it holds one of the
+``ROLLOUT_MAX_PARALLEL`` rollout slots (``shared.steps.rollout.admit``: taken here, held until it is
+Ready again), and not at all while the rollout is halted; otherwise the delivery answers that
+there is nothing to do, and the Tenant stays Ready as it is (resync sends it again). A Tenant's own
+change (a new generation: a quota) goes at once, without a slot. A fleet upgrade writes phase
+Provisioning (``status.rollout: Upgrading``) before helm runs: a Ready Tenant is never failed, and
+one whose upgrade helm refuses must be Failed, so that the rollout halts there. Step 7 records what
+the release runs now: ``status.chartVersion`` and ``status.valuesDigest``.
+
 A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
 when the namespace is this Tenant's (``access.grant_if_ours``): a Tenant made before they
 existed gets them on its next delivery (resync sends one when its own reads there are refused,
@@ -57,9 +68,10 @@ import shared.adapters.helm  # noqa: F401
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import NamespaceTerminating, PermanentError
-from shared.model import event_types, lifecycle, service_range
+from shared.model import event_types, lifecycle, rollout, service_range
 from shared.model.isolation import policy_objects
 from shared.model.ownership import Claim, namespace_labels
+from shared.model.rollout import Target
 from shared.model.tenant import (
     COND_READY,
     COND_RELEASE_INSTALLED,
@@ -76,6 +88,7 @@ from shared.observability import tracing
 from shared.runtime import Cluster, HelmRuns, Runtime
 from shared.settings import Settings
 from shared.steps import access, claims, plans
+from shared.steps import rollout as waves
 from shared.steps.locks import installing, work_lock
 from shared.steps.reconcile import first_sight, live_tenant, write_status
 
@@ -88,7 +101,18 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
     if tenant is None:
         return None
     skip = lifecycle.install_skip_reason(tenant)
-    if skip is not None:
+    # A Ready Tenant behind the fleet (another chart version or values: a fleet change) is upgraded
+    # only in a rollout slot; without one it stays Ready as it is (resync sends it again).
+    fleet = False
+    if skip is None:
+        wanted = waves.target(tenant, settings)
+    elif (rollout.in_fleet(tenant) or tenant.status.rollout == rollout.UPGRADING_MARK) and (
+        rollout.behind(tenant, wanted := waves.target(tenant, settings)) or rollout.upgrade_begun(tenant, wanted)
+    ):
+        if not waves.admit(kube, settings, tenant, wanted):
+            return None
+        fleet = True
+    else:
         log.info(skip)
         _grant_if_ours(kube, tenant, settings)
         return None
@@ -96,10 +120,12 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
         if not mine:
             log.info("another delivery in this process is installing this generation; nothing to add")
             return None
-        return _provision(kube, helm, settings, tenant)
+        return _provision(kube, helm, settings, tenant, wanted, fleet)
 
 
-def _provision(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> BaseCloudEvent | None:
+def _provision(
+    kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target, fleet: bool
+) -> BaseCloudEvent | None:
     tenant = first_sight(kube, tenant)
     if not tenant.has_finalizer:
         tenant = kube.set_finalizer(tenant, present=True)
@@ -111,15 +137,23 @@ def _provision(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant
         if fresh is None or fresh.deleting:
             log.info("the tenant is being deleted; that is cleanup's work, and nothing of it is made")
             return None
-        if lifecycle.is_settled(fresh) and fresh.has_finalizer:
+        if (
+            lifecycle.is_settled(fresh)
+            and fresh.has_finalizer
+            and not rollout.behind(fresh, wanted)
+            and not (fleet and rollout.upgrade_begun(fresh, wanted))
+        ):
             log.info("provisioned by another delivery meanwhile; nothing to add")
             return None
-        return _install(kube, helm, settings, tenant)
+        return _install(kube, helm, settings, tenant, wanted, fleet)
 
 
-def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> BaseCloudEvent:
-    """Steps 3 to 7, under the Tenant namespace's work lock."""
-    # The release's values under the Tenant's plan, first: an unknown plan fails it before anything is made.
+def _install(
+    kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target, fleet: bool
+) -> BaseCloudEvent:
+    """Steps 3 to 7, under the Tenant namespace's work lock. ``fleet``: a fleet upgrade in a slot."""
+    # The release's values under the Tenant's plan (``wanted`` is their digest), first: an unknown
+    # plan fails the Tenant before anything is made.
     values = plans.release_values(tenant, settings)
     claims.check_rivals(kube, tenant)
     claims.claim_cloud_space(kube, tenant)
@@ -149,6 +183,25 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) 
         present = {o for _, o in kube.list_policy_objects(names.namespace)}
         return not set(policy_objects(names.release)) <= present
 
+    if fleet:
+        # Out of Ready before helm runs: a Ready Tenant is never failed (reconcile.fail), and a
+        # fleet upgrade that helm refuses must fail it, so that the rollout halts there.
+        tenant = write_status(
+            kube,
+            tenant,
+            StatusUpdate(
+                phase=Phase.PROVISIONING,
+                fields={
+                    "lastSyncedAt": rfc3339(utcnow()),
+                    "message": f"upgrading to chart {wanted.chart_version} (values {wanted.values_digest})",
+                    "rollout": rollout.UPGRADING_MARK,
+                },
+                conditions=(
+                    Condition(COND_READY, "False", lifecycle.PROVISIONING_REASON, "upgrading", tenant.generation),
+                ),
+            ),
+        )
+
     # A tampered history (a Secret with the release's labels that helm did not write) fails the
     # Tenant with ReleaseTampered before any helm process reads it; the guard checks again.
     claims.check_history(kube, tenant)
@@ -172,6 +225,9 @@ def _install(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) 
                 "observedGeneration": tenant.generation,
                 "lastSyncedAt": rfc3339(utcnow()),
                 "message": message,
+                # what it runs now (shared.model.rollout): the chart version and its values' digest
+                **wanted.status_fields(),
+                "rollout": rollout.UPGRADING_MARK if fleet else "",
                 # the trace this provisioning is in: check-ready's look continues it (tracing on)
                 **({"traceparent": trace} if (trace := tracing.current_traceparent()) else {}),
             },

@@ -7,6 +7,11 @@ takes it). Sends the original operator's PATCH to
 short timeout). The callback is non-fatal, as it was: refused, timed out or answered non-2xx, the
 Tenant still becomes Ready, a warning is logged, and condition ``CallbackDelivered`` says what
 happened. A Tenant already Ready for its generation is not re-announced.
+
+A Tenant made Ready after a fleet upgrade in a rollout slot (``status.rollout: Upgrading``,
+``shared.model.rollout``) frees its slot: the reply is ``io.kubeopera.tenant.install`` for the next
+Tenant that waits for one (``rollout.next_up``), so that the next wave starts now instead of at
+resync's next tick; install takes the slot (or answers that there is none).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from cloudevents.core.base import BaseCloudEvent
 from flask import Flask
 
 from shared.adapters.kubeopera_api import CloudSpaceUpdate
+from shared.delivery import events
 from shared.delivery.http import Step, function_app
-from shared.model import health, lifecycle
+from shared.errors import TenantError
+from shared.model import event_types, health, lifecycle, rollout
 from shared.model.tenant import (
     COND_CALLBACK,
     COND_KUBECONFIG_STORED,
@@ -26,6 +33,7 @@ from shared.model.tenant import (
     Condition,
     Phase,
     StatusUpdate,
+    Tenant,
     TenantRef,
     rfc3339,
     utcnow,
@@ -66,7 +74,8 @@ def handle(kube: Cluster, api: Callbacks, ref: TenantRef) -> BaseCloudEvent | No
             COND_CALLBACK, "False", "CallbackFailed", f"kubeopera-api {result.detail}", tenant.generation
         )
         message = f"vCluster ready; kubeopera-api callback failed ({result.detail})"
-    write_status(
+    upgraded = tenant.status.rollout == rollout.UPGRADING_MARK  # a fleet upgrade in a slot, done now
+    ready = write_status(
         kube,
         tenant,
         StatusUpdate(
@@ -76,6 +85,7 @@ def handle(kube: Cluster, api: Callbacks, ref: TenantRef) -> BaseCloudEvent | No
                 "lastSyncedAt": rfc3339(utcnow()),
                 "observedGeneration": tenant.generation,
                 "message": message,
+                **({"rollout": ""} if upgraded else {}),
             },
             conditions=(
                 Condition(COND_KUBECONFIG_STORED, "True", "Stored", names.kubeconfig_secret, tenant.generation),
@@ -85,7 +95,22 @@ def handle(kube: Cluster, api: Callbacks, ref: TenantRef) -> BaseCloudEvent | No
             ),
         ),
     )
-    return None
+    return _next_wave(kube, ready) if upgraded else None
+
+
+def _next_wave(kube: Cluster, ready: Tenant) -> BaseCloudEvent | None:
+    """The slot ``ready`` held is free: install for the next waiting Tenant (``rollout.next_up``),
+    so that the rollout goes on now, not at resync's next tick. Best effort: a failed list is
+    logged, and resync's tick sends the wave."""
+    try:
+        up = rollout.next_up(ready, kube.list_tenants(ready.namespace, ""))
+    except TenantError as err:
+        log.warning("next Tenant of the rollout not asked for; resync's tick sends it", extra={"error": str(err)})
+        return None
+    if up is None:
+        return None
+    log.info("rollout slot free: asking install for the next Tenant", extra={"next": up.key})
+    return events.make(event_types.INSTALL, NAME, up.ref)
 
 
 def create_app(runtime: Runtime | None = None) -> Flask:

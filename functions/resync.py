@@ -48,6 +48,7 @@ and logs a warning naming each of them: ``kubeopera-tenants rotate`` re-issues i
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import enum
 import functools
 import logging
@@ -63,7 +64,7 @@ from shared.adapters.vcluster_api import VClusterProbe
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
-from shared.model import event_types, health, lifecycle
+from shared.model import event_types, health, lifecycle, rollout, service_range
 from shared.model.cluster import Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name_in
@@ -73,6 +74,7 @@ from shared.observability import logs, metrics
 from shared.runtime import Cluster, EventSender, Runtime
 from shared.settings import Settings
 from shared.steps import availability, certificates
+from shared.steps import rollout as waves
 from shared.steps.reconcile import first_sight, mark_failed, write_status
 
 NAME = "resync"
@@ -261,6 +263,7 @@ def resync(
                 sink.send(each)  # the broker down is every Tenant's failure: the tick is re-delivered
         counts[action.name] = counts.get(action.name, 0) + 1
     counts.update(orphans(kube, sink, settings, tenants, moment))
+    counts.update(roll_out(kube, sink, settings, tenants))
     counts.update(keep_available(kube, tenants, drifts))
     count_phases(tenants)
     count_expiring([d.expires for d in drifts.values() if d.expires is not None], moment)
@@ -295,6 +298,91 @@ def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str
     for state, count in by_state.items():
         metrics.VCLUSTERS.labels(state).set(count)
     return {"AVAILABILITY": changed} if changed else {}
+
+
+_halted_reported: set[str] = set()  # the Tenants this process last set kubeopera_tenant_rollout_halted for
+
+
+def roll_out(kube: Cluster, sink: EventSender, settings: Settings, tenants: Sequence[Tenant]) -> dict[str, int]:
+    """The fleet upgrade's next wave (``shared.model.rollout``): each Ready Tenant's target is what
+    install computes (``rollout.target``, from the same settings); those behind it are upgraded by
+    install, which takes a slot for each. This pass sends install for the Tenants holding a slot
+    that are still Ready behind it (their event may have been lost), and for as many waiting
+    Tenants as there are free slots, by name. A slot whose Tenant is Failed halts the rollout
+    (recorded once, with an Event on it): nothing more is sent until ``rollout resume``. Waiting
+    Tenants not sent now are marked ``status.rollout: Waiting`` (one write, when it changes; install
+    clears it). ``kubeopera_tenant_rollout{state}`` and ``..._rollout_halted{tenant}`` are set."""
+    namespace = settings.tenant_namespace
+    ours = [t for t in tenants if t.namespace == namespace]
+    by_name = {t.name: t for t in ours}
+    behind = {t.key: _behind(t, settings) for t in ours}
+    if any(behind.values()) or _rollout_recorded(kube, namespace, settings.rollout_max_parallel):
+        found = waves.read(kube, namespace, settings.rollout_max_parallel, by_name.get)
+    else:  # a settled fleet: nothing more to read
+        found = waves.Slots((), None)
+    if found.halted is None and waves.record_halt(kube, found) is not None:
+        found = waves.read(kube, namespace, settings.rollout_max_parallel, by_name.get)
+    states = waves.states(ours, behind, found)
+    sends: list[Tenant] = []
+    if found.halted is None and rollout.halted_by(found.slots) is None:
+        free = sum(1 for _, slot, holder in found.slots if slot is None or rollout.slot_free(slot, holder))
+        holding = [t for t in ours if states[t.key] == rollout.State.IN_PROGRESS and behind[t.key]]
+        waiting = sorted((t for t in ours if states[t.key] == rollout.State.WAITING), key=lambda t: t.name)
+        sends = holding + waiting[:free]
+    for tenant in sends:
+        sink.send(events.make(event_types.INSTALL, NAME, tenant.ref))
+    marked = 0
+    sent = {t.key for t in sends}
+    for tenant in ours:
+        mark = rollout.waiting_mark(tenant, behind[tenant.key]) if tenant.key not in sent else None
+        if mark is None:  # right as it is, or install's write for the one sent now clears it
+            continue
+        with logs.bind(tenant=tenant.key):
+            try:
+                write_status(kube, tenant, StatusUpdate(fields={"rollout": mark}))
+                marked += 1
+            except TenantError as err:
+                log.warning("rollout mark not written; the next pass tries again", extra={"error": str(err)})
+    _count_rollout(states, found.halted)
+    log.info(
+        "rollout pass",
+        extra={
+            "states": {s.value: sum(1 for v in states.values() if v == s) for s in rollout.State},
+            "halted": found.halted.tenant if found.halted else None,
+            "sent": sorted(sent),
+        },
+    )
+    return {k: v for k, v in (("ROLLOUT", len(sends)), ("ROLLOUT_MARK", marked)) if v}
+
+
+def _behind(tenant: Tenant, settings: Settings) -> bool:
+    """``rollout.behind`` with install's target; a Tenant whose values cannot be computed (a spec
+    install would refuse) is left out, logged: one odd Tenant never stops the pass."""
+    if not rollout.in_fleet(tenant):
+        return False
+    try:
+        return rollout.behind(tenant, waves.target(tenant, settings))
+    except TenantError as err:
+        log.warning("no rollout target for the Tenant", extra={"tenant": tenant.key, "error": str(err)})
+        return False
+
+
+def _rollout_recorded(kube: Cluster, namespace: str, slots: int) -> bool:
+    """Whether a halt record or a slot exists (a settled fleet with none: no more reads)."""
+    names = [rollout.HALT_NAME, *(rollout.slot_name(i) for i in range(slots))]
+    return any(kube.get_claim(namespace, name) is not None for name in names)
+
+
+def _count_rollout(states: Mapping[str, rollout.State], halted: rollout.Slot | None) -> None:
+    for state in rollout.State:
+        metrics.ROLLOUT.labels(state.name.lower()).set(sum(1 for s in states.values() if s == state))
+    now = {halted.tenant} if halted is not None else set()
+    for tenant in _halted_reported - now:
+        metrics.ROLLOUT_HALTED.labels(tenant).set(0)
+    for tenant in now:
+        metrics.ROLLOUT_HALTED.labels(tenant).set(1)
+    _halted_reported.clear()
+    _halted_reported.update(now)
 
 
 def orphans(
@@ -387,6 +475,11 @@ def _redrive(
 
 def create_app(runtime: Runtime | None = None) -> Flask:
     rt = runtime or Runtime.from_env(NAME)
+    # The host's Service range, as install resolves it: it is in the values whose digest says
+    # whether a Tenant runs what install computes now (shared.steps.rollout.target).
+    settings = dataclasses.replace(
+        rt.settings, service_cidr=service_range.resolve(rt.settings.service_cidr, rt.kube.service_cidrs)
+    )
 
     # The sink is asked for at the first tick, not at start: until the SinkBinding's revision
     # replaces this one (K_SINK unset), a tick is answered 503 and re-delivered instead of the pod
@@ -396,6 +489,6 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     vcluster = rt.vcluster_api_client()
 
     def tick(event: BaseCloudEvent) -> None:
-        resync(rt.kube, sink(), rt.settings, vcluster=vcluster)
+        resync(rt.kube, sink(), settings, vcluster=vcluster)
 
     return function_app(Step(name=NAME, accepts=lifecycle.RESYNC.takes, tick=tick), rt.sender_check())

@@ -3,8 +3,9 @@
 ``status`` lists Tenants as ``kubectl get`` would, with their deletion protection and the last message; ``retry`` is the
 runbook's manual step, patching a Failed Tenant's phase back to Pending so that install starts
 over; ``rotate`` has a Ready Tenant's vCluster issue new certificates and waits until the new
-kubeconfig is stored and announced (``shared.steps.rotation``). All take ``--kubeconfig`` (or the usual
-``KUBECONFIG``).
+kubeconfig is stored and announced (``shared.steps.rotation``); ``rollout status`` shows where each
+Tenant is in a fleet upgrade (done, in progress, waiting, halted) and ``rollout resume`` ends a
+halted one (``shared.steps.rollout``). All take ``--kubeconfig`` (or the usual ``KUBECONFIG``).
 
 Other distributions add commands through the entry-point group ``kubeopera_tenants.commands``:
 each entry point is a callable that adds one subcommand to the parser it is given and sets
@@ -24,13 +25,18 @@ from typing import Any
 
 from shared.adapters.kube import Kube
 from shared.errors import Conflict, TenantError
-from shared.model import lifecycle
+from shared.model import lifecycle, rollout
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE
-from shared.model.tenant import Phase, deletion_protected, parse_time
+from shared.model.tenant import Phase, Tenant, deletion_protected, parse_time
+from shared.steps import rollout as waves
 from shared.steps.reconcile import retry_update
 from shared.steps.rotation import RotationError, rotate
 
 COMMANDS_GROUP = "kubeopera_tenants.commands"
+ROLLOUT_HELP = (
+    "When the chart version, a plan or the base values change, install upgrades the Ready Tenants "
+    "they affect in waves, at most ROLLOUT_MAX_PARALLEL at a time; a failed upgrade halts the rest."
+)
 
 
 def _age(created: str, now: datetime) -> str:
@@ -86,10 +92,57 @@ def retry(kube: Kube, namespace: str, name: str) -> str:
     raise SystemExit(f"error: tenant {namespace}/{name} kept changing; try again")
 
 
+def rollout_table(tenants: Sequence[Tenant], found: waves.Slots) -> str:
+    """Each Tenant of the Tenants' namespace with its rollout state, the chart and values digest it
+    runs and the slot it holds, then the counts and the halt. Waiting is as resync last marked it
+    (``status.rollout``): only the functions compute what a Tenant should run."""
+    behind = {t.key: t.status.rollout == rollout.WAITING_MARK for t in tenants}
+    states = waves.states(tenants, behind, found)
+    rows = [("NAME", "STATE", "PHASE", "CHART", "VALUES", "SLOT")]
+    for tenant in sorted(tenants, key=lambda t: t.name):
+        slot = found.held_by(tenant)
+        held = slot.name if slot is not None and states[tenant.key] != rollout.State.DONE else "-"
+        rows.append(
+            (
+                tenant.name,
+                states[tenant.key].value,
+                (tenant.status.phase or Phase.PENDING).value,
+                tenant.status.chart_version or "-",
+                tenant.status.values_digest or "-",
+                held,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    shown = [s for s in rollout.State if s != rollout.State.OUTSIDE]
+    counts = ", ".join(f"{sum(1 for v in states.values() if v == s)} {s.value}" for s in shown)
+    lines.append("")
+    lines.append(counts)
+    if found.halted is not None:
+        halted = next((t for t in tenants if t.uid == found.halted.uid), None)
+        why = f": {halted.status.message}" if halted is not None and halted.status.message else ""
+        lines.append(
+            f"HALTED at Tenant {found.halted.tenant}{why}\n"
+            "fix it and retry it (kubeopera-tenants retry), or leave it Failed, then: kubeopera-tenants rollout resume"
+        )
+    return "\n".join(lines)
+
+
+def _rollout(kube: Kube, namespace: str, command: str) -> str:
+    tenants = kube.list_tenants(namespace, "")
+    by_name = {t.name: t for t in tenants}
+    found = waves.listed(kube.list_claims(namespace, rollout.ROLE_LABEL), by_name.get)
+    if command == "resume":
+        return waves.resume(kube, namespace, found)
+    return rollout_table(tenants, found)
+
+
 def _on_cluster(args: argparse.Namespace) -> int:
     try:
         kube = Kube.connect(args.kubeconfig)
-        if args.command == "status":
+        if args.command == "rollout":
+            print(_rollout(kube, args.namespace, args.rollout_command))
+        elif args.command == "status":
             namespace = None if args.all_namespaces else args.namespace
             print(status_table(kube.list_tenant_objects(namespace), datetime.now(UTC)))
         elif args.command == "rotate":
@@ -108,7 +161,8 @@ def _on_cluster(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line: ``status``, ``retry``, and the commands other distributions add."""
+    """The command line: ``status``, ``retry``, ``rotate``, ``rollout``, and the commands other
+    distributions add."""
     top = argparse.ArgumentParser(
         prog="kubeopera-tenants", description="Operate kubeopera.io Tenants and their vClusters."
     )
@@ -136,6 +190,26 @@ def parser() -> argparse.ArgumentParser:
         if name == "status":
             cmd.add_argument("-A", "--all-namespaces", action="store_true")
         cmd.set_defaults(run=_on_cluster)
+    waves_cmd = sub.add_parser(
+        "rollout", help="a fleet upgrade in waves: its status, and resume after a halt", description=ROLLOUT_HELP
+    )
+    actions = waves_cmd.add_subparsers(dest="rollout_command", required=True)
+    for name, text in (
+        ("status", "each Tenant's place in the fleet upgrade: done, in progress, waiting or halted, and the counts"),
+        (
+            "resume",
+            "end a halt: remove the halt record and the slot of a Tenant still Failed (it is skipped); "
+            "resync's next pass starts the next wave",
+        ),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument(
+            "--kubeconfig", type=Path, metavar="PATH", help="defaults to $KUBECONFIG or ~/.kube/config"
+        )
+        action.add_argument(
+            "-n", "--namespace", default=DEFAULT_TENANT_NAMESPACE, help=f"default {DEFAULT_TENANT_NAMESPACE}"
+        )
+        action.set_defaults(run=_on_cluster)
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(sub)
     return top

@@ -44,6 +44,7 @@ from shared.steps.claims import ClaimSource
 from shared.steps.locks import Leases
 from shared.steps.plans import ChartSource
 from shared.steps.reconcile import TenantStore, mark_failed
+from shared.steps.rollout import RolloutKube
 from shared.steps.rotation import RotationKube
 
 if TYPE_CHECKING:  # imported by helm_client: a function that never asks for helm never loads pyhelm3
@@ -52,7 +53,7 @@ if TYPE_CHECKING:  # imported by helm_client: a function that never asks for hel
     from shared.adapters.helm import Guard, Keep
 
 
-class Cluster(AccessApi, ClaimSource, Leases, RotationKube, TenantStore, Protocol):
+class Cluster(AccessApi, ClaimSource, Leases, RolloutKube, RotationKube, TenantStore, Protocol):
     """Every call a function makes through the Kubernetes adapter (``shared.adapters.kube.Kube``):
     what the steps' building blocks need (their own protocols), and the functions' own calls. The
     unit tests' ``FakeKube`` is checked against it (mypy over ``tests/unit/fakes.py``)."""

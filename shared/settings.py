@@ -97,6 +97,9 @@ class Settings:
     # PLANS_DIR: the platform's plans (shared.model.plans), one values file <plan>.yaml each (the
     # ConfigMap tenant-plans); read and checked here, so a bad plan fails the start naming plan and key.
     plans: Plans = Plans()
+    # ROLLOUT_MAX_PARALLEL: a fleet change (the chart version, a plan, the base values) upgrades at
+    # most this many Ready Tenants at a time across the fleet (shared.model.rollout).
+    rollout_max_parallel: int = 2
 
     @property
     def verify_senders(self) -> bool:
@@ -164,6 +167,7 @@ class Settings:
             distro=_distro(env),
             external_server=_external_server(env),
             plans=_plans(env),
+            rollout_max_parallel=_positive_int(env, "ROLLOUT_MAX_PARALLEL", defaults.rollout_max_parallel, "Tenants"),
             **_senders(env),
         )
 
@@ -259,14 +263,14 @@ def _senders(env: Mapping[str, str]) -> dict[str, Any]:
     return {"sender_audience": audience, "sender_subjects": subjects}
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "seconds") -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a whole number of seconds, got {raw!r}") from None
+        raise ConfigError(f"{name} must be a whole number of {unit}, got {raw!r}") from None
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
     return value

@@ -84,6 +84,8 @@ GROUPS: tuple[Group, ...] = (
     Group("testbed", paths=("testbed/tests",), weight=90),  # the test bed's own tests
     Group("e2e-lifecycle", paths=("tests/e2e/test_lifecycle.py",), weight=400, stack=True),
     Group("e2e-faults", paths=("tests/e2e/test_faults.py",), weight=480, stack=True),
+    # ten Tenants through a fleet upgrade in waves, one whose upgrade helm refuses (80 s here)
+    Group("e2e-rollout", paths=("tests/e2e/test_rollout.py",), weight=150, stack=True),
     Group(
         "e2e-pipeline",
         paths=("tests/e2e/test_pipeline.py", "tests/e2e/test_sender_identity.py"),

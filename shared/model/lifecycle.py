@@ -132,6 +132,7 @@ STORE_KUBECONFIG = Step(
 NOTIFY_API = Step(
     "tenant-notify-api",
     takes=frozenset({event_types.KUBECONFIG_STORED}),
+    replies=frozenset({event_types.INSTALL}),  # the next Tenant of a fleet upgrade (shared.model.rollout)
     redrive=event_types.KUBECONFIG_STORED,
 )
 CLEANUP = Step(

@@ -129,6 +129,11 @@ class TenantStatus:
     last_synced_at: str = ""
     last_polled_at: str = ""  # check-ready's heartbeat while it polls (lifecycle.poll_heard)
     traceparent: str = ""  # install's trace context for this provisioning (tracing on)
+    # What install last applied (shared.model.rollout): the chart version and its values' digest;
+    # ``rollout`` is "Waiting" while a fleet change waits for a slot (resync marks it).
+    chart_version: str = ""
+    values_digest: str = ""
+    rollout: str = ""
     observed_generation: int = 0
     message: str = ""
     conditions: tuple[Condition, ...] = ()
@@ -225,6 +230,9 @@ class Tenant:
                 last_synced_at=str(status.get("lastSyncedAt", "")),
                 last_polled_at=str(status.get("lastPolledAt", "")),
                 traceparent=str(status.get("traceparent", "")),
+                chart_version=str(status.get("chartVersion", "") or ""),
+                values_digest=str(status.get("valuesDigest", "") or ""),
+                rollout=str(status.get("rollout", "") or ""),
                 observed_generation=int(status.get("observedGeneration", 0) or 0),
                 message=str(status.get("message", "")),
                 conditions=tuple(Condition.from_object(c) for c in status.get("conditions") or ()),

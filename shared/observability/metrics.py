@@ -26,6 +26,9 @@ metric                                                         answers
 ``kubeopera_tenant_kubeconfigs_expiring{within}``              Ready Tenants whose kubeconfig's client
                                                                certificate expires within ``30d`` (resync)
 ``kubeopera_tenant_kubeconfig_soonest_expiry_seconds``         seconds until the first of them expires (resync)
+``kubeopera_tenant_rollout{state}``                            Tenants by rollout state (done, waiting, in
+                                                               progress, halted, outside), resync's last tick
+``kubeopera_tenant_rollout_halted{tenant}``                    1 for the Tenant where a fleet upgrade halted
 =============================================================  ===============================================
 
 Under gunicorn with several workers the metrics are kept in ``PROMETHEUS_MULTIPROC_DIR``
@@ -143,6 +146,18 @@ ORPHANED_NAMESPACES = Gauge(
     "kubeopera_tenant_orphaned_namespaces",
     "vcluster-* namespaces whose owner Tenant no longer exists, as of resync's last tick (each is sent "
     "to cleanup once older than ORPHAN_GRACE_SECONDS)",
+    multiprocess_mode="livemostrecent",
+)
+ROLLOUT = Gauge(
+    "kubeopera_tenant_rollout",
+    "Tenants by where they are in a fleet upgrade (shared.model.rollout.State), as of resync's last tick",
+    ["state"],
+    multiprocess_mode="livemostrecent",
+)
+ROLLOUT_HALTED = Gauge(
+    "kubeopera_tenant_rollout_halted",
+    "1 for the Tenant where the fleet upgrade halted (0 once resumed), as of resync's last tick",
+    ["tenant"],
     multiprocess_mode="livemostrecent",
 )
 ORPHANS_REMOVED = Counter(

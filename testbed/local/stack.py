@@ -72,7 +72,7 @@ from testbed.local.manifests import BROKER, SOURCE, admitted_manifests, routes
 from testbed.local.mounts import config_map_env
 from testbed.local.options import StackOptions
 from testbed.local.ticker import ping_event
-from testbed.processes import ManagedProcess, ProcessSpec, Supervisor, free_port
+from testbed.processes import HttpProbe, ManagedProcess, ProcessSpec, Supervisor, free_port
 from testbed.project import CHART_DIR, TENANT_NAMESPACE, function_modules, project_path
 from testbed.registry import push_chart, start_registry
 from testbed.standins import serving as serving_standin
@@ -220,6 +220,18 @@ class Stack:
         killed_at = time.time()
         self.eventing.restart_data_plane()
         self.watch.data_plane_restarted(killed_at)
+
+    def restart_function(self, service: str, env: Mapping[str, str]) -> ManagedProcess:
+        """A function's process stopped and started again, on its port, with ``env`` over its
+        environment: what editing the ConfigMap and rolling the Service does (docs/deploy.md,
+        "Change a setting"). Returns once it answers ``/readyz``; a later restart starts from the
+        first environment again."""
+        spec = self.function_specs[service]
+        for process in self.supervisor.processes:
+            if process.spec.name == service:
+                self.supervisor.stop(process)
+        again = ProcessSpec(spec.name, spec.argv, dict(spec.env) | dict(env), spec.cwd, spec.inherit_env)
+        return self.supervisor.start(again, HttpProbe(f"{url_of(spec)}readyz"), ready_timeout=120.0)
 
     def start_replica(
         self, service: str, env: Mapping[str, str] | None = None, name: str | None = None

@@ -173,13 +173,14 @@ def test_policy_keeps_install_inside_its_namespaces(
     recorded = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(event))
     assert recorded.returncode == 0, recorded.stderr
     run(kubectl, kube_admin_kubeconfig, "delete", "event", f"probe-{other}", "-n", NAMESPACE)
-    # At home it holds the work lock of a Tenant's namespace (shared/steps/locks.py), and only that
-    # kind of Lease besides the claims of cloudSpaceIDs.
-    lock = f"lock-vcluster-{other}"
-    taken = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=lease(lock, NAMESPACE))
-    assert taken.returncode == 0, taken.stderr
-    given_up = as_install(kubectl, kube_admin_kubeconfig, "delete", "lease", lock, "-n", NAMESPACE)
-    assert given_up.returncode == 0, given_up.stderr
+    # At home it holds the work lock of a Tenant's namespace (shared/steps/locks.py) and the fleet
+    # upgrade's rollout slots and halt record (shared/steps/rollout.py), and only those kinds of
+    # Lease besides the claims of cloudSpaceIDs.
+    for lock in (f"lock-vcluster-{other}", "rollout-slot-0", "rollout-halted"):
+        taken = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=lease(lock, NAMESPACE))
+        assert taken.returncode == 0, taken.stderr
+        given_up = as_install(kubectl, kube_admin_kubeconfig, "delete", "lease", lock, "-n", NAMESPACE)
+        assert given_up.returncode == 0, given_up.stderr
     foreign = as_install(kubectl, kube_admin_kubeconfig, "create", "-f", "-", stdin=lease(f"probe-{other}", NAMESPACE))
     assert foreign.returncode != 0 and DENIED in foreign.stderr, foreign.stdout + foreign.stderr
     run(kubectl, kube_admin_kubeconfig, "delete", "namespace", policy_in_force, "--wait=false")

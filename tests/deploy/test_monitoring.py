@@ -38,6 +38,7 @@ EXPECTED_ALERTS = {
     "KubeoperaTenantDeadLetters",
     "KubeoperaTenantKubeconfigExpiring",
     "KubeoperaTenantVClusterUnavailable",
+    "KubeoperaTenantRolloutHalted",
 }
 SEVERITIES = {"info", "warning", "critical"}
 

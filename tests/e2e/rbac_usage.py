@@ -96,6 +96,22 @@ NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
             "an upgrade that changes them (TENANT_EGRESS_*); uninstall of a stuck pending-install",
         ),
     ],
+    "tenant-notify-api": [
+        (
+            "kubeopera.io",
+            {"tenants"},
+            {"list"},
+            "the Tenants waiting for a fleet upgrade's slot, once one is Ready: tests/e2e/test_rollout.py",
+        ),
+    ],
+    "tenant-resync": [
+        (
+            "coordination.k8s.io",
+            {"leases"},
+            {"create"},
+            "the halt record of a fleet upgrade, when a Tenant fails its upgrade: tests/e2e/test_rollout.py",
+        ),
+    ],
     "tenant-cleanup": [
         ("coordination.k8s.io", {"leases"}, {"get", "update"}, "another holder's Lease: tests/e2e/test_faults.py"),
         (

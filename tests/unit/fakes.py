@@ -90,6 +90,16 @@ def tenant_object(
     return obj
 
 
+def in_sync(obj: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The Tenant ``obj`` recorded as running what install computes for it with ``settings`` (status
+    ``chartVersion`` and ``valuesDigest``, as install writes them): no fleet change waits for it."""
+    from shared.steps.rollout import target
+
+    status = obj.setdefault("status", {})
+    status.update(target(Tenant.from_object(obj), settings).status_fields())
+    return obj
+
+
 def ref_of(obj: Mapping[str, Any]) -> TenantRef:
     meta = obj["metadata"]
     return TenantRef(meta["namespace"], meta["name"], meta["uid"], meta.get("generation", 0))

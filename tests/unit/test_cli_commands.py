@@ -23,15 +23,15 @@ def add_hello(sub: argparse._SubParsersAction[Any]) -> None:
     hello.set_defaults(run=lambda args: 7 if args.to == "operator" else 0)
 
 
-def test_the_runtime_alone_has_status_retry_and_rotate(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_runtime_alone_has_status_retry_rotate_and_rollout(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "entry_points", lambda group: [])
-    assert _subcommands(cli.parser()) == {"status", "retry", "rotate"}
+    assert _subcommands(cli.parser()) == {"status", "retry", "rotate", "rollout"}
 
 
 def test_a_command_of_another_distribution_is_added_and_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     entry = EntryPoint(name="hello", value=f"{__name__}:add_hello", group=cli.COMMANDS_GROUP)
     monkeypatch.setattr(cli, "entry_points", lambda group: [entry] if group == cli.COMMANDS_GROUP else [])
-    assert _subcommands(cli.parser()) == {"status", "retry", "rotate", "hello"}
+    assert _subcommands(cli.parser()) == {"status", "retry", "rotate", "rollout", "hello"}
     assert cli.main(["hello", "--to", "operator"]) == 7
 
 

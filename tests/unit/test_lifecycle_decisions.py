@@ -72,6 +72,7 @@ from .fakes import (
     FakeVClusterApi,
     apiserver_event,
     deliver,
+    in_sync,
     ref_of,
     step_event,
     tenant_object,
@@ -529,7 +530,7 @@ def test_install_leaves_failed_deleting_and_settled_tenants_alone(
 ) -> None:
     how = dict(how)
     deleting = how.pop("deleting", False)
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, **how))
+    obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, **how), SETTINGS))
     if deleting:
         obj = deleted(kube, "bob-dev")
     before = kube.tenant_dict(TENANT_NAMESPACE, "bob-dev")
@@ -699,7 +700,7 @@ def test_store_stores_nothing_for_a_tenant_not_provisioning_or_being_deleted(
 ) -> None:
     how = dict(how)
     deleting = how.pop("deleting", False)
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, **how))
+    obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, **how), SETTINGS))
     if deleting:
         obj = deleted(kube, "bob-dev")
     booted(kube)
@@ -1303,9 +1304,7 @@ def test_a_look_never_fails_a_tenant(kube: FakeKube, helm: FakeHelm) -> None:
     assert lifecycle.CHECK_READY.dead_letter_of(event_types.PROVISIONING) == lifecycle.DeadLetter.FAIL
 
 
-def test_a_look_at_a_ready_tenant_keeps_its_availability(
-    kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi
-) -> None:
+def test_a_look_at_a_ready_tenant_keeps_its_availability(kube: FakeKube, helm: FakeHelm, api: FakeKubeoperaApi) -> None:
     obj = provisioned_and_stored(kube, helm)
     notify_api.handle(kube, api, ref_of(obj))
     assert live(kube).status.is_true("VClusterAvailable", 1)

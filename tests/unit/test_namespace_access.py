@@ -23,7 +23,7 @@ from shared.model.tenant import FINALIZER, Tenant, parse_time
 from shared.settings import Settings
 from shared.steps import access
 
-from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, FakeVClusterApi, deliver, ref_of, tenant_object
+from .fakes import TENANT_NAMESPACE, FakeHelm, FakeKube, FakeVClusterApi, deliver, in_sync, ref_of, tenant_object
 
 SETTINGS = Settings(ready_poll_seconds=15, provision_timeout_seconds=600)
 CS_BOB = "7e9d3a1b-2c4d-4e5f-9a6b-7c8d9e0f1a2b"
@@ -287,7 +287,7 @@ def test_a_tenant_install_leaves_alone_gets_the_grants_in_its_namespace(
 ) -> None:
     how = dict(how)
     deleting = how.pop("deleting", False)
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, **how))
+    obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, **how), SETTINGS))
     kube.add_namespace(BOB_NS, namespace_labels(live(kube)))
     if deleting:
         obj = kube.delete_tenant(TENANT_NAMESPACE, "bob-dev") or obj
@@ -310,7 +310,7 @@ def test_a_namespace_with_the_previous_versions_grants_gets_installs_own_and_res
 ) -> None:
     """Made when install held its rights cluster-wide and resync read Secrets cluster-wide: the
     next delivery adds install's own binding (first) and resync's Role and binding, nothing else."""
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]))
+    obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]), SETTINGS))
     tenant = live(kube)
     kube.add_namespace(BOB_NS, namespace_labels(tenant) | POD_SECURITY)
     wanted = access.namespace_grants(tenant, TENANT_NAMESPACE)
@@ -355,7 +355,9 @@ def test_a_pod_security_label_changed_by_hand_is_put_back_by_the_next_install_de
     """A settled Tenant: the delivery that leaves it alone (once this process's recheck window is
     over); a Pending one: the full install run. Only the Pod Security labels are written."""
     if phase == "Ready":
-        obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled("Ready"), finalizers=[FINALIZER]))
+        obj = kube.add_tenant(
+            in_sync(tenant_object("bob-dev", CS_BOB, status=settled("Ready"), finalizers=[FINALIZER]), SETTINGS)
+        )
     else:
         obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, finalizers=[FINALIZER]))
     labels = namespace_labels(live(kube)) | POD_SECURITY | {"team": "kept"}
@@ -383,7 +385,7 @@ def test_the_enforced_level_is_a_setting(kube: FakeKube, helm: FakeHelm) -> None
 def test_a_left_alone_tenant_gets_no_grant_where_it_has_no_settled_namespace(
     kube: FakeKube, helm: FakeHelm, case: str
 ) -> None:
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]))
+    obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]), SETTINGS))
     tenant = live(kube)
     if case == "terminating":
         kube.add_namespace(BOB_NS, namespace_labels(tenant), terminating=True)
@@ -404,7 +406,7 @@ def test_a_refused_grant_on_a_left_alone_tenant_is_logged_not_a_failure(
             raise Forbidden(f"create role {role.namespace}/{role.name}: the API server refused it (403 Forbidden)")
 
     kube = Refusing()
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]))
+    obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]), SETTINGS))
     kube.add_namespace(BOB_NS, namespace_labels(live(kube)))
 
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None

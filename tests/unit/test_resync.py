@@ -364,9 +364,11 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
     assert kube.journal == []
     assert kube.writes == writes
     # per pass one list of Tenants, one of the chart's policies (three LISTs in the adapter) and
-    # one of the owned namespaces (orphans); per Ready Tenant its StatefulSet and the two Secrets
+    # one of the owned namespaces (orphans), the rollout's Leases (its two slots and the halt
+    # record: none there, and no Tenant behind); per Ready Tenant its StatefulSet and the two Secrets
     assert kube.calls == Counter(
         {
+            "get_claim": 6,
             "list_tenants": 2,
             "list_policy_objects": 2,
             "list_owned_namespaces": 2,
@@ -434,7 +436,8 @@ def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them
     assert resync(kube, sink, SETTINGS, now=NOW) == {}
 
     assert sink.sent == [] and kube.journal == []
-    assert kube.calls == Counter({"list_tenants": 1, "list_owned_namespaces": 1})  # none of theirs is read
+    # none of theirs is read; the rollout's three Leases are
+    assert kube.calls == Counter({"list_tenants": 1, "list_owned_namespaces": 1, "get_claim": 3})
 
 
 class GrantedReadsOnly(FakeKube):

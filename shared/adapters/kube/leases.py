@@ -1,5 +1,6 @@
 """Leases: the per-namespace work lock's (``shared.steps.locks``; whether a hold is free is
-``shared.model.cluster.LeaseHold``) and the claim markers of a cloudSpaceID (``shared.steps.claims``).
+``shared.model.cluster.LeaseHold``), the claim markers of a cloudSpaceID (``shared.steps.claims``)
+and the fleet upgrade's rollout slots and halt record, made as claims are (``shared.steps.rollout``).
 """
 
 from __future__ import annotations
@@ -92,6 +93,17 @@ class Leases(Apis):
         if found is None:
             return None
         return Marker(dict(found.metadata.labels or {}), str(found.metadata.resource_version))
+
+    def list_claims(self, namespace: str, label_selector: str) -> dict[str, Marker]:
+        """The Leases of ``namespace`` matching the selector, by name (the rollout's, for the command)."""
+        found = call(
+            f"list leases {namespace} {label_selector}",
+            lambda: self._coordination.list_namespaced_lease(namespace, label_selector=label_selector),
+        )
+        return {
+            str(i.metadata.name): Marker(dict(i.metadata.labels or {}), str(i.metadata.resource_version))
+            for i in found.items
+        }
 
     def delete_claim(self, namespace: str, name: str, resource_version: str) -> None:
         """Delete the version read; gone already, or changed meanwhile (409), is left as it is."""
