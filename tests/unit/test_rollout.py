@@ -13,6 +13,7 @@ from functions.resync import roll_out
 from shared import cli
 from shared.errors import PermanentError, TemporaryError
 from shared.model import event_types, rollout
+from shared.model.plans import Plan, Plans
 from shared.model.rollout import Admission, Slot, State, Target
 from shared.model.tenant import FINALIZER, Phase, Tenant
 from shared.settings import Settings
@@ -169,6 +170,30 @@ def test_a_fleet_change_upgrades_at_most_n_tenants_at_a_time() -> None:
     assert held(kube) == {"rollout-slot-0": "ten2", "rollout-slot-1": "ten1"}
     for i in (0, 1, 2):
         assert live(kube, i).status.values_digest == waves.target(live(kube, i), AFTER).values_digest
+
+
+def test_a_changed_plan_is_a_fleet_change_for_its_tenants_only() -> None:
+    """The target is the digest of the values under the Tenant's plan (``plans.release_values``, as
+    install hands helm): a plan's new registry mirror puts its Tenants behind, and no other Tenant."""
+    def settings(registry: str) -> Settings:
+        gold = Plan.parse("gold", {"controlPlane": {"advanced": {"defaultImageRegistry": registry}}})
+        return dataclasses.replace(BEFORE, plans=Plans.of([gold]))
+
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    before, after = settings("mirror-a.example.com"), settings("mirror-b.example.com")
+    for i, plan in enumerate(("gold", "default")):
+        obj = tenant_object(name(i), cs(i))
+        obj["spec"]["plan"] = plan
+        assert install.handle(kube, helm, before, ref_of(kube.add_tenant(obj))) is not None
+        ready(kube, i)
+    assert not any(rollout.behind(live(kube, i), waves.target(live(kube, i), before)) for i in (0, 1))
+
+    assert rollout.behind(live(kube, 0), waves.target(live(kube, 0), after)), "gold's Tenant runs the old mirror"
+    assert not rollout.behind(live(kube, 1), waves.target(live(kube, 1), after)), "default's is as it was"
+    assert deliver(kube, helm, 0, after) and held(kube) == {"rollout-slot-0": "ten0"}
+    upgraded = helm.values_of("vc-ten0", "vcluster-ten0")
+    assert upgraded["controlPlane"]["advanced"]["defaultImageRegistry"] == "mirror-b.example.com"
 
 
 def test_a_tenants_own_change_is_never_held_back_by_a_rollout() -> None:
