@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.adapters.kube import Kube
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate, KubeoperaApi
-from shared.adapters.release import Releases
+from shared.adapters.release import ReleaseRecords, Releases
 from shared.adapters.vcluster_api import VClusterApi, VClusterProbe
 from shared.delivery.senders import Review, SenderCheck, SenderPolicy
 from shared.delivery.sink import Sink
@@ -142,6 +142,7 @@ class Runtime:
             self.settings.chart_ref,
             self.settings.chart_version,
             self.settings.chart_cache_dir,
+            records=ReleaseRecords(self.kube),  # the release as helm's record holds it: no helm process to read it
             executable=self.settings.helm_executable,
             stuck_after=self.settings.stuck_release_seconds,
             deadline=self.settings.helm_deadline_seconds,

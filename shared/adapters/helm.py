@@ -4,9 +4,13 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
 
 - **A chart cache.** Helm 3 re-downloads an OCI chart on every install; we pull the pinned
   chart version once per process into ``CHART_CACHE_DIR`` and install from that folder.
-- **No needless revisions.** ``install_or_upgrade`` compares the desired values with the
-  release's current ones and returns the current revision when they are equal, so a re-delivered
-  event does not create a new helm revision.
+- **No needless revisions, and no helm process to find that out.** ``install_or_upgrade`` reads
+  the release as helm's record holds it (``shared.adapters.release.CurrentReleases``: one LIST of
+  its Secrets with their data, decoded here in Python) instead of ``helm status``, ``helm get
+  values`` and ``helm get metadata``, and returns the current revision when the values and chart
+  are those asked for, so a re-delivered event runs no helm process and makes no new revision; a
+  new release costs one helm process (``upgrade --install``). ``uninstall`` reads the record so too,
+  and ``release`` is the record's state.
 - **One helm operation per release at a time** is the caller's: install and cleanup hold
   ``shared.steps.locks.work_lock`` of the release's namespace (one thread lock in a process, then a
   Lease beside the Tenants across processes); helm's own pending states refuse a second
@@ -16,7 +20,8 @@ pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
   later operation on it (design.md section 5). One whose last update is older than
   ``stuck_after`` seconds is recovered before the new operation: a pending install is uninstalled
   (and installed again), a pending upgrade or rollback is rolled back to the revision before it
-  (and upgraded again). A younger one is "another operation in progress": temporary.
+  (and upgraded again), and the record is read again. A younger one is "another operation in
+  progress": temporary.
 - **A deadline.** Every helm process runs under coreutils' ``timeout``: TERM after ``deadline``
   seconds, KILL ``HELM_KILL_AFTER_SECONDS`` later (a wrapper script, since pyhelm3 takes one
   executable path; cancelling pyhelm3's call would stop only its shell, design.md section 5). A
@@ -49,8 +54,9 @@ from typing import Any, TypeVar
 import pyhelm3
 from pyhelm3 import errors as helm_errors
 
-from shared.errors import PermanentError, TemporaryError, WorkInHand
-from shared.model.release import Action, ReleaseState, chart_matters, plan
+from shared.adapters.release import CurrentRelease, CurrentReleases
+from shared.errors import Forbidden, PermanentError, TemporaryError, WorkInHand
+from shared.model.release import Action, ReleaseState, plan
 from shared.observability import metrics, timing, tracing
 from shared.settings import HELM_KILL_AFTER_SECONDS
 
@@ -127,6 +133,7 @@ class Helm:
         chart_version: str,
         chart_cache_dir: Path,
         *,
+        records: CurrentReleases,
         executable: str = "helm",
         kubeconfig: Path | None = None,
         stuck_after: float = 180.0,
@@ -138,7 +145,9 @@ class Helm:
         self._cache_dir = chart_cache_dir
         if deadline is not None:
             executable = str(deadline_wrapper(executable, deadline, chart_cache_dir.parent / "bin"))
-        self._client = pyhelm3.Client(executable=executable, kubeconfig=kubeconfig, default_timeout="5m")
+        self._records = records
+        self._command = pyhelm3.Command(executable=executable, kubeconfig=kubeconfig, default_timeout="5m")
+        self._client = pyhelm3.Client(self._command, executable=executable)
         self._chart: Any = None
         self._chart_lock = threading.Lock()
 
@@ -193,66 +202,50 @@ class Helm:
         return await self._client.get_chart(local)
 
     def release(self, name: str, namespace: str) -> ReleaseState | None:
-        """The release's current revision and status (``helm status``), or None if there is none."""
-        with _operation("status", _release_attributes(name, namespace)) as outcome:
-            try:
-                revision = _run(self._client.get_current_revision(name, namespace=namespace))
-            except helm_errors.ReleaseNotFoundError:
-                outcome.append("absent")
-                return None
-            except helm_errors.Error as err:
-                raise _classify(f"helm status {namespace}/{name}", err) from None
-            outcome.append("found")
-            return _state(name, namespace, revision)
+        """The release's current revision and status, as ``helm status`` gives them, from helm's
+        record (no helm process); None if there is none."""
+        found = self._current(name, namespace)
+        return None if found is None else found.state
 
-    async def _current(self, name: str, namespace: str) -> tuple[Any, dict[str, Any]] | None:
-        """The current revision and its user-supplied values, or None if there is no release."""
+    def _current(self, name: str, namespace: str) -> CurrentRelease | None:
+        """The current revision and its user-supplied values from helm's record, or None if there
+        is no release. A refusal to read the record is temporary, as a helm that failed to read it
+        was (cleanup reads through install's grant, which may not be in force yet)."""
         try:
-            revision = await self._client.get_current_revision(name, namespace=namespace)
-        except helm_errors.ReleaseNotFoundError:
-            return None
-        return revision, dict(await revision.values() or {})
+            return self._records.current(name, namespace)
+        except Forbidden as err:
+            raise TemporaryError(f"read helm's record of release {namespace}/{name}: {err}", retry_after=5) from None
 
-    async def _recover(
-        self, name: str, namespace: str, revision: Any, how: Action
-    ) -> tuple[Any, dict[str, Any]] | None:
-        """Make a stuck release workable again (``how``: the plan's recovery); returns it as ``_current``."""
-        state = _state(name, namespace, revision)
+    def _recover(self, state: ReleaseState, how: Action) -> CurrentRelease | None:
+        """Make a stuck release workable again (``how``: the plan's recovery), the one helm process
+        it takes; returns the release as read again from its record."""
         log.warning(
             "recovering a stuck release",
             extra={
-                "release": name,
-                "namespace": namespace,
+                "release": state.name,
+                "namespace": state.namespace,
                 "status": state.status,
                 "revision": state.revision,
                 "how": how.value,
             },
         )
         if how is Action.UNINSTALL_STUCK:
-            await revision.release.uninstall(wait=False)
-        else:
-            await revision.release.rollback(wait=False)
-        return await self._current(name, namespace)
+            _run(self._client.uninstall_release(state.name, namespace=state.namespace, wait=False))
+        else:  # to the revision before it (helm rollback with no revision)
+            _run(self._command.rollback(state.name, None, namespace=state.namespace, wait=False))
+        return self._current(state.name, state.namespace)
 
     def _plan(
-        self,
-        name: str,
-        namespace: str,
-        found: tuple[Any, dict[str, Any]] | None,
-        values: Mapping[str, Any],
-        reapply: Callable[[], bool] | None,
-    ) -> tuple[Action, ReleaseState | None]:
-        """Read what the plan needs of the release ``found`` (its state; its chart only when that
-        can still decide; whether to re-apply only when it is not pending), then plan."""
+        self, found: CurrentRelease | None, values: Mapping[str, Any], reapply: Callable[[], bool] | None
+    ) -> Action:
+        """Plan from the release ``found`` (asking whether to re-apply only when it is not pending)."""
         now = datetime.now(UTC)
         if found is None:
-            return plan(None, None, None, values, self._chart_version, now, self._stuck_after), None
-        revision, current_values = found
-        state = _state(name, namespace, revision)
-        chart = str(_run(revision.chart_metadata()).version) if chart_matters(state, current_values, values) else None
+            return plan(None, None, None, values, self._chart_version, now, self._stuck_after)
+        state = found.state
         again = reapply is not None and not state.pending and reapply()
-        action = plan(state, current_values, chart, values, self._chart_version, now, self._stuck_after, again)
-        return action, (replace(state, chart_version=chart) if chart is not None else state)
+        chart = state.chart_version
+        return plan(state, found.values, chart, values, self._chart_version, now, self._stuck_after, again)
 
     def install_or_upgrade(
         self,
@@ -276,15 +269,16 @@ class Helm:
         with _operation("upgrade_install", _release_attributes(name, namespace)) as outcome:
             what = f"helm upgrade --install {namespace}/{name}"
             try:
-                found = _run(self._current(name, namespace))
+                found = self._current(name, namespace)
                 if guard is not None:
-                    guard(None if found is None else found[1])
+                    guard(None if found is None else found.values)
                 if keep is not None:
-                    values = keep(values, None if found is None else found[1])
-                action, state = self._plan(name, namespace, found, values, reapply)
+                    values = keep(values, None if found is None else found.values)
+                action = self._plan(found, values, reapply)
                 if action in (Action.UNINSTALL_STUCK, Action.ROLL_BACK_STUCK) and found is not None:
-                    found = _run(self._recover(name, namespace, found[0], action))
-                    action, state = self._plan(name, namespace, found, values, reapply)
+                    found = self._recover(found.state, action)
+                    action = self._plan(found, values, reapply)
+                state = None if found is None else found.state
                 if action is Action.WAIT and state is not None:
                     # In hand, not failed: a helm operation on the release is under way (or died
                     # young, and is recovered once stuck). If the broker gives up on this delivery
@@ -319,12 +313,12 @@ class Helm:
         ``install_or_upgrade``: it sees the current values and may refuse."""
         with _operation("uninstall", _release_attributes(name, namespace)) as outcome:
             try:
-                found = _run(self._current(name, namespace))
+                found = self._current(name, namespace)
                 if found is None:
                     outcome.append("absent")
                     return False
                 if guard is not None:
-                    guard(found[1])
+                    guard(found.values)
                 _run(self._client.uninstall_release(name, namespace=namespace, wait=False))
             except helm_errors.ReleaseNotFoundError:
                 outcome.append("absent")
@@ -367,7 +361,8 @@ def _release_attributes(name: str, namespace: str) -> dict[str, str]:
 
 
 def _state(name: str, namespace: str, revision: Any) -> ReleaseState:
-    meta = revision.chart_metadata_  # present after install/upgrade, absent after `helm status`
+    """The state a pyhelm3 revision gives (what ``upgrade --install -o json`` printed)."""
+    meta = revision.chart_metadata_  # present after install/upgrade
     updated = revision.updated if isinstance(revision.updated, datetime) else None
     return ReleaseState(
         name=name,

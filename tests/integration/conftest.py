@@ -5,7 +5,8 @@
 - ``custom_objects`` (session): a ``CustomObjectsApi`` of the admin client.
 - ``helm`` (function): the helm adapter on the real helm CLI, the session's registry and API
   server (a module may define its own).
-- ``records`` (function): helm's release records read from the API, as check-ready reads them.
+- ``records`` (function): helm's release records read from the API, as check-ready reads them
+  (and as the ``helm`` fixture's adapter reads them).
 """
 
 from __future__ import annotations
@@ -42,16 +43,26 @@ def custom_objects(kube_admin_kubeconfig: Path) -> Iterator[k8s.CustomObjectsApi
 
 
 @pytest.fixture
-def helm(
-    toolchain: Toolchain, chart_ref: str, helm_env: dict[str, str], kube_admin_kubeconfig: Path, tmp_path: Path
-) -> Helm:
-    return Helm(
-        chart_ref, "0.21.2", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
-    )
-
-
-@pytest.fixture
 def records(kube_admin_kubeconfig: Path) -> Iterator[ReleaseRecords]:
     kube = Kube.connect(kube_admin_kubeconfig)
     yield ReleaseRecords(kube)
     kube.close()
+
+
+@pytest.fixture
+def helm(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    records: ReleaseRecords,
+    tmp_path: Path,
+) -> Helm:
+    return Helm(
+        chart_ref,
+        "0.21.2",
+        tmp_path / "charts",
+        records=records,
+        executable=str(toolchain.helm),
+        kubeconfig=kube_admin_kubeconfig,
+    )

@@ -7,6 +7,7 @@ import gzip
 import json
 import secrets
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,20 @@ def test_values_the_chart_rejects_are_permanent(helm: Helm, test_namespace: str,
 
 
 def test_missing_chart_version_is_permanent(
-    toolchain: Toolchain, chart_ref: str, helm_env: dict[str, str], kube_admin_kubeconfig: Path, tmp_path: Path
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    records: ReleaseRecords,
+    tmp_path: Path,
 ) -> None:
     helm = Helm(
-        chart_ref, "9.9.9", tmp_path / "charts", executable=str(toolchain.helm), kubeconfig=kube_admin_kubeconfig
+        chart_ref,
+        "9.9.9",
+        tmp_path / "charts",
+        records=records,
+        executable=str(toolchain.helm),
+        kubeconfig=kube_admin_kubeconfig,
     )
     with pytest.raises(PermanentError, match="not found"):
         helm.chart()
@@ -133,12 +144,14 @@ def test_the_record_read_from_the_api_is_what_helm_status_reports(
 
 
 def hung_helm(folder: Path, real: Path, marker: int, ignores_term: bool) -> Path:
-    """A helm that answers ``helm version`` (pyhelm3 asks it once, when its client is made) and then
-    hangs in every operation (a ``sleep`` with a number no other process uses); with
-    ``ignores_term`` it shrugs off TERM too, so only KILL ends it."""
+    """A helm that answers ``helm version`` (pyhelm3 asks it once, when its client is made) and pulls
+    and reads the chart, and then hangs in every operation on a release (a ``sleep`` with a number
+    no other process uses; the release itself is read from helm's record, with no helm process);
+    with ``ignores_term`` it shrugs off TERM too, so only KILL ends it."""
     script = folder / "hung-helm"
     trap = "trap '' TERM\n" if ignores_term else ""
-    script.write_text(f'#!/bin/sh\n[ "$1" = version ] && exec {real} "$@"\n{trap}exec sleep {marker}\n')
+    real_ones = f'case "$1" in version|pull|show) exec {real} "$@";; esac\n'
+    script.write_text(f"#!/bin/sh\n{real_ones}{trap}exec sleep {marker}\n")
     script.chmod(0o755)
     return script
 
@@ -153,6 +166,7 @@ def test_a_helm_past_its_deadline_is_stopped_and_that_is_temporary(
     chart_ref: str,
     helm_env: dict[str, str],
     kube_admin_kubeconfig: Path,
+    records: ReleaseRecords,
     test_namespace: str,
     tmp_path: Path,
     ignores_term: bool,
@@ -162,7 +176,13 @@ def test_a_helm_past_its_deadline_is_stopped_and_that_is_temporary(
     marker = 86000 + secrets.randbelow(399)
     hung = hung_helm(tmp_path, toolchain.helm, marker, ignores_term)
     helm = Helm(
-        chart_ref, "0.21.2", tmp_path / "charts", executable=str(hung), kubeconfig=kube_admin_kubeconfig, deadline=1
+        chart_ref,
+        "0.21.2",
+        tmp_path / "charts",
+        records=records,
+        executable=str(hung),
+        kubeconfig=kube_admin_kubeconfig,
+        deadline=1,
     )
     with pytest.raises(TemporaryError) as err:
         helm.install_or_upgrade("vc-hung", test_namespace, {})
@@ -177,6 +197,7 @@ def test_the_real_helm_runs_through_its_deadline_wrapper(
     chart_ref: str,
     helm_env: dict[str, str],
     kube_admin_kubeconfig: Path,
+    records: ReleaseRecords,
     test_namespace: str,
     tmp_path: Path,
 ) -> None:
@@ -184,6 +205,7 @@ def test_the_real_helm_runs_through_its_deadline_wrapper(
         chart_ref,
         "0.21.2",
         tmp_path / "cache" / "charts",
+        records=records,
         executable=str(toolchain.helm),
         kubeconfig=kube_admin_kubeconfig,
         deadline=60,
@@ -192,3 +214,118 @@ def test_the_real_helm_runs_through_its_deadline_wrapper(
     assert (state.revision, state.status) == (1, "deployed")
     wrapper = tmp_path / "cache" / "bin" / "helm-with-deadline"
     assert wrapper.read_text().splitlines()[-1] == (f'exec timeout --verbose --kill-after=2 60 {toolchain.helm} "$@"')
+
+
+def helm_says(toolchain: Toolchain, kubeconfig: Path, namespace: str, release: str) -> dict[str, Any]:
+    """What the real helm CLI reports of a release's current revision: status, values, metadata."""
+    base = [str(toolchain.helm), f"--kubeconfig={kubeconfig}", "-n", namespace]
+
+    def asked(*argv: str) -> Any:
+        return json.loads(subprocess.run([*base, *argv, "-o", "json"], check=True, capture_output=True).stdout)
+
+    status, metadata = asked("status", release), asked("get", "metadata", release)
+    return {
+        "revision": status["version"],
+        "status": status["info"]["status"],
+        "updated": datetime.fromisoformat(status["info"]["last_deployed"]),
+        "values": asked("get", "values", release) or {},
+        "chart_version": metadata["version"],
+        "metadata": (metadata["revision"], metadata["status"]),
+    }
+
+
+def decoded(records: ReleaseRecords, namespace: str, release: str) -> dict[str, Any]:
+    found = records.current(release, namespace)
+    assert found is not None
+    state = found.state
+    return {
+        "revision": state.revision,
+        "status": state.status,
+        "updated": state.updated,
+        "values": found.values,
+        "chart_version": state.chart_version,
+        "metadata": (state.revision, state.status),
+    }
+
+
+def test_the_record_decoded_is_what_helm_status_get_values_and_get_metadata_say(
+    helm: Helm, records: ReleaseRecords, toolchain: Toolchain, kube_admin_kubeconfig: Path, test_namespace: str
+) -> None:
+    """issue 29: the body of helm 3.16's own record, decoded in Python, against the real helm CLI's
+    reading of it: a fresh install, an upgrade with other values, and a release helm left failed."""
+    ns = test_namespace
+
+    def agree(expected_revision: int) -> dict[str, Any]:
+        ours, theirs = decoded(records, ns, "vc-r"), helm_says(toolchain, kube_admin_kubeconfig, ns, "vc-r")
+        assert ours == theirs
+        assert ours["revision"] == expected_revision and ours["updated"] is not None
+        return ours
+
+    values = {"controlPlane": {"statefulSet": {"resources": {"limits": {"cpu": "1"}}}}, "sync": {}}
+    helm.install_or_upgrade("vc-r", ns, values)
+    first = agree(1)
+    assert (first["status"], first["chart_version"], first["values"]) == ("deployed", "0.21.2", values)
+    other = {"exportKubeConfig": {"server": "https://vc-r.example:443"}}
+    helm.install_or_upgrade("vc-r", ns, other)
+    second = agree(2)
+    assert (second["status"], second["values"]) == ("deployed", other)
+    # helm upgrade --wait with a deadline the vCluster cannot meet: helm records the revision as it
+    # leaves it (failed), and no values at all (config null).
+    argv = [str(toolchain.helm), f"--kubeconfig={kube_admin_kubeconfig}", "-n", ns, "upgrade", "vc-r"]
+    chart = str(helm.chart().ref)
+    subprocess.run([*argv, chart, "--reset-values", "--wait", "--timeout", "1s"], capture_output=True)
+    third = agree(3)
+    assert third["values"] == {}
+    state = helm.release("vc-r", ns)
+    assert state is not None and (state.revision, state.status) == (3, third["status"])
+
+
+def counting_helm(folder: Path, real: Path, log: Path) -> Path:
+    """The real helm, writing one line (its first argument) to ``log`` per process it runs."""
+    script = folder / "counting-helm"
+    script.write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    return script
+
+
+def test_a_new_release_costs_one_helm_process_and_a_redelivery_none(
+    toolchain: Toolchain,
+    chart_ref: str,
+    helm_env: dict[str, str],
+    kube_admin_kubeconfig: Path,
+    records: ReleaseRecords,
+    test_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """issue 29, "helm: 1 process per new Tenant, 0 per re-delivery or settled check": the release is
+    read from helm's record, so only the install itself, an upgrade and an uninstall run helm."""
+    log = tmp_path / "helm-processes"
+    helm = Helm(
+        chart_ref,
+        "0.21.2",
+        tmp_path / "charts",
+        records=records,
+        executable=str(counting_helm(tmp_path, toolchain.helm, log)),
+        kubeconfig=kube_admin_kubeconfig,
+    )
+    helm.chart()  # once per process: the pull into the chart cache
+    log.write_text("")
+
+    def processes() -> list[str]:
+        ran = log.read_text().split()
+        log.write_text("")
+        return ran
+
+    values = {"controlPlane": {"statefulSet": {"resources": {"limits": {"cpu": "1"}}}}}
+    assert helm.install_or_upgrade("vc-n", test_namespace, values).revision == 1
+    assert processes() == ["upgrade"]  # a new release: helm upgrade --install, and nothing else
+    for _ in range(3):
+        assert helm.install_or_upgrade("vc-n", test_namespace, values).revision == 1
+    assert helm.release("vc-n", test_namespace) is not None
+    assert processes() == []  # re-deliveries and checks: read from the record
+    assert helm.install_or_upgrade("vc-n", test_namespace, {}).revision == 2
+    assert processes() == ["upgrade"]
+    assert helm.uninstall("vc-n", test_namespace)
+    assert processes() == ["uninstall"]
+    assert not helm.uninstall("vc-n", test_namespace)
+    assert processes() == []

@@ -27,6 +27,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from shared.adapters.helm import Helm
+from shared.adapters.release import ReleaseRecords
 from shared.model.plans import Plan, Plans
 from shared.model.tenant import Tenant
 from shared.settings import Settings
@@ -148,7 +149,7 @@ def test_a_plan_the_real_schema_refuses_stops_install_naming_plan_and_key(helm: 
 
 
 def test_the_schema_is_read_from_the_chart_as_given_a_folder_or_a_package(
-    toolchain: Toolchain, helm_env: dict[str, str], tmp_path: Path
+    toolchain: Toolchain, helm_env: dict[str, str], records: ReleaseRecords, tmp_path: Path
 ) -> None:
     """VCLUSTER_CHART may be a path: the chart's folder, or the chart packaged (``helm package``)."""
     subprocess.run(
@@ -157,5 +158,5 @@ def test_the_schema_is_read_from_the_chart_as_given_a_folder_or_a_package(
     (package,) = tmp_path.glob("*.tgz")
     real = yaml.safe_load((CHART_DIR / "values.schema.json").read_text(encoding="utf-8"))
     for ref in (CHART_DIR, package):
-        adapter = Helm(str(ref), "0.21.2", tmp_path / "charts", executable=str(toolchain.helm))
+        adapter = Helm(str(ref), "0.21.2", tmp_path / "charts", records=records, executable=str(toolchain.helm))
         assert adapter.values_schema() == real

@@ -14,8 +14,11 @@ counted and journaled in order, so a test can say what happened and in which ord
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
+import gzip
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -29,7 +32,7 @@ from werkzeug.test import TestResponse
 
 from shared.adapters.helm import Guard, Keep
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.adapters.release import RECORD_TYPE, SecretMeta, record_name
+from shared.adapters.release import RECORD_TYPE, SecretMeta, SecretRecord, record_name
 from shared.delivery import events
 from shared.delivery.senders import Review
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone, WorkInHand
@@ -550,16 +553,26 @@ class FakeKube:
         release, its current revision, named, typed and labelled as helm's Secret driver does;
         and every Secret added in ``namespace`` whose labels match (a forged record, say)."""
         _tally(self.calls, "list_secret_records")
+        return [found.meta for found in self._records(namespace, label_selector)]
+
+    def list_release_records(self, namespace: str, label_selector: str) -> list[SecretRecord]:
+        """``list_secret_records`` with each record's ``release`` key, encoded as helm encodes it."""
+        _tally(self.calls, "list_release_records")
+        return self._records(namespace, label_selector)
+
+    def _records(self, namespace: str, label_selector: str) -> list[SecretRecord]:
         wanted = dict(part.split("=", 1) for part in label_selector.split(","))
         found = []
         for (ns, release), current in (self.helm.releases if self.helm else {}).items():
             revision = current["revision"]
             labels = {"owner": "helm", "name": release, "status": current["status"], "version": str(revision)}
             if ns == namespace and wanted.items() <= labels.items():
-                found.append(SecretMeta(record_name(release, revision), RECORD_TYPE, labels))
+                body = helm_release_body(release, ns, revision, current["status"], current["values"])
+                found.append(SecretRecord(SecretMeta(record_name(release, revision), RECORD_TYPE, labels), body))
         for (ns, name), secret in self.secrets.items():
             if ns == namespace and wanted.items() <= secret["labels"].items():
-                found.append(SecretMeta(name, secret["type"], dict(secret["labels"])))
+                meta = SecretMeta(name, secret["type"], dict(secret["labels"]))
+                found.append(SecretRecord(meta, secret["data"].get("release")))
         return found
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
@@ -600,6 +613,32 @@ class FakeKube:
             raise Conflict(f"delete secret {namespace}/{name}: conflict (precondition failed)")
         self._write("secret delete", f"{namespace}/{name}")
         del self.secrets[(namespace, name)]
+
+
+def helm_release_body(
+    name: str,
+    namespace: str,
+    revision: int,
+    status: str,
+    values: Mapping[str, Any] | None,
+    chart_version: str = "0.21.2",
+    *,
+    last_deployed: str = "2026-12-04T02:30:00.123456789Z",
+    gzipped: bool = True,
+) -> bytes:
+    """A release record's ``release`` key as helm's Secret driver writes it (pkg/storage/driver/util.go,
+    encodeRelease: base64 of the gzip of the release's JSON), the API's own base64 already undone."""
+    release = {
+        "name": name,
+        "namespace": namespace,
+        "version": revision,
+        "info": {"first_deployed": last_deployed, "last_deployed": last_deployed, "status": status},
+        "chart": {"metadata": {"name": "vcluster", "version": chart_version}, "templates": []},
+        "config": None if values is None else dict(values),
+        "manifest": "---\n",
+    }
+    raw = json.dumps(release).encode()
+    return base64.b64encode(gzip.compress(raw) if gzipped else raw)
 
 
 class FakeHelm:

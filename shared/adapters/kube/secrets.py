@@ -1,5 +1,5 @@
-"""Secrets: the stored kubeconfig, helm's release records (their metadata only) and the vCluster's
-exported kubeconfig. Their contents never reach a log line or an error message.
+"""Secrets: the stored kubeconfig, helm's release records (their metadata, or with their ``release``
+key) and the vCluster's exported kubeconfig. Their contents never reach a log line or an error message.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from shared.adapters.kube.calls import Apis, as_json, call, found_or_none, precondition, unless_absent
-from shared.adapters.release import SecretMeta
+from shared.adapters.release import SecretMeta, SecretRecord
 from shared.model.cluster import StoredSecret
 
 
@@ -35,6 +35,24 @@ class Secrets(Apis):
             SecretMeta(name=str(i.metadata.name), type=str(i.type or ""), labels=dict(i.metadata.labels or {}))
             for i in result.items
         ]
+
+    def list_release_records(self, namespace: str, label_selector: str) -> list[SecretRecord]:
+        """Each Secret in ``namespace`` matching the selector with its ``release`` key's bytes (helm's
+        record with its body, ``shared.adapters.release.decode_record``): one LIST, read as JSON
+        as it comes; a 403 is ``Forbidden``."""
+        result = call(
+            f"list secrets {namespace} {label_selector}",
+            lambda: as_json(
+                self._core.list_namespaced_secret(namespace, label_selector=label_selector, _preload_content=False)
+            ),
+        )
+        found = []
+        for item in result.get("items") or []:
+            meta = item.get("metadata") or {}
+            release = (item.get("data") or {}).get("release")
+            secret = SecretMeta(str(meta.get("name")), str(item.get("type") or ""), dict(meta.get("labels") or {}))
+            found.append(SecretRecord(secret, base64.b64decode(release) if isinstance(release, str) else None))
+        return found
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         secret = found_or_none(
