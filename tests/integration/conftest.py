@@ -58,6 +58,7 @@ def helm(
     records: ReleaseRecords,
     tmp_path: Path,
 ) -> Helm:
+    """The real helm CLI, installing the stand-in chart from the test bed's registry as admin."""
     return Helm(
         chart_ref,
         "0.21.2",

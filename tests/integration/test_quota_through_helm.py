@@ -16,35 +16,14 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from shared.adapters.helm import Helm
-from shared.adapters.release import ReleaseRecords
 from shared.model.tenant import Tenant
 from shared.model.values import vcluster_values
-from testbed.toolchain import Toolchain
 
 from .tenant_objects import admitted, create, tenant_body
 
 pytestmark = pytest.mark.integration
 
 LONGEST_NAME = "t" + "0123456789" * 3 + "z"  # 32 characters, the longest tenantName
-
-
-@pytest.fixture
-def helm(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    records: ReleaseRecords,
-    tmp_path: Path,
-) -> Helm:
-    return Helm(
-        chart_ref,
-        "0.21.2",
-        tmp_path / "charts",
-        records=records,
-        executable=str(toolchain.helm),
-        kubeconfig=kube_admin_kubeconfig,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -21,32 +21,15 @@ import yaml
 
 from shared.adapters.helm import Helm
 from shared.adapters.kube import Kube
-from shared.adapters.release import ReleaseRecords
 from shared.adapters.vcluster_api import VClusterApi
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.standins.service_proxy import ServiceProxy
 from testbed.standins.vcluster import DEFAULT_SERVER, Faults, VClusterStandIn
 from testbed.standins.vcluster_api import VirtualApiServer
-from testbed.toolchain import Toolchain
 
 pytestmark = pytest.mark.integration
 
 HOST = {"serviceCIDR": SERVICE_CLUSTER_IP_RANGE}  # the test bed's Service range, as install sends it
-
-
-@pytest.fixture
-def helm(
-    toolchain: Toolchain, chart_ref: str, kube_admin_kubeconfig: Path, records: ReleaseRecords, tmp_path: Path
-) -> Helm:
-    """The real helm CLI, installing the stand-in chart from the test bed's registry as admin."""
-    return Helm(
-        chart_ref,
-        "0.21.2",
-        tmp_path / "charts",
-        records=records,
-        executable=str(toolchain.helm),
-        kubeconfig=kube_admin_kubeconfig,
-    )
 
 
 @pytest.fixture
