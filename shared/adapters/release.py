@@ -30,18 +30,20 @@ its ``name`` label the release and its ``version`` label that revision. Any othe
 release's labels raises ``ReleaseTampered`` (``history``), naming each such Secret with its type
 and labels, never its data; the functions then run no helm operation on that history. The
 admission policy ``deploy/base/policy/tenant-helm-records.yaml`` keeps such Secrets from being
-made in the first place; this check holds without it. A record read for its body is checked so
-too, and each body must decode and name the release, namespace and revision its Secret's labels
+made in the first place; the check of names, types and labels holds without it. A record read for
+its body is checked so too, and each body must decode and name the release, namespace and revision its Secret's labels
 say: a record that does not is refused with ``ReleaseTampered`` as well (helm itself fails to read
-a history with a record it cannot decode). No message ever shows a record's data: it holds the
-release's values and rendered manifest.
+a history with a record it cannot decode). Those body checks are structural: a forged record
+that is self-consistent would be believed (its values would be what the ownership guard sees, and
+install would skip helm), as helm itself believes it. What keeps a tenant's syncer from writing
+one is the admission policy; without it, the functions are no safer than helm. No message ever
+shows a record's data: it holds the release's values and rendered manifest.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import json
 import re
 import zlib
@@ -57,6 +59,8 @@ RECORD_OWNER: Final = "helm"
 RECORD_TYPE: Final = "helm.sh/release.v1"
 RECORD_PREFIX: Final = "sh.helm.release.v1."
 _REVISION = re.compile(r"[1-9][0-9]*")
+# What a record's body may inflate to: more is refused, not decompressed (a bomb would hold install).
+MAX_RELEASE_BYTES: Final = 64 * 1024 * 1024
 # The first bytes of a gzip stream (pkg/storage/driver/util.go, magicGzip): helm gzips every record
 # it writes, and reads one without them as plain JSON.
 GZIP_MAGIC: Final = b"\x1f\x8b\x08"
@@ -214,7 +218,7 @@ def decode_record(name: str, namespace: str, record: SecretRecord) -> CurrentRel
     metadata = chart.get("metadata") if isinstance(chart, Mapping) else None
     version = metadata.get("version") if isinstance(metadata, Mapping) else None
     why = None
-    if body.get("name") != name or body.get("namespace", namespace) != namespace:
+    if body.get("name") != name or body.get("namespace") != namespace:  # helm always writes both
         why = f"its body is a release of another name or namespace than {namespace}/{name}"
     elif body.get("version") != revision or isinstance(body.get("version"), bool):
         why = f"its body is another revision than {revision}, the one its labels give"
@@ -247,8 +251,14 @@ def _body(data: bytes | None) -> Mapping[str, Any] | str:
         return "its release key is not base64"
     if raw[:3] == GZIP_MAGIC:
         try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error):
+            # bounded: a Secret holds at most 1 MiB, a record of it rarely more than 10 times that
+            inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            raw = inflate.decompress(raw, MAX_RELEASE_BYTES)
+        except zlib.error:
+            return "its release key is not a readable gzip stream"
+        if inflate.unconsumed_tail:
+            return f"its release key inflates to more than {MAX_RELEASE_BYTES} bytes"
+        if not inflate.eof:
             return "its release key is not a readable gzip stream"
     try:
         body = json.loads(raw)

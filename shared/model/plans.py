@@ -214,6 +214,8 @@ def _distro_leaf(plan: str, path: Path, value: Any, enabled: dict[str, bool]) ->
             f"plan {plan}: {dotted(path)}: install runs the distros {', '.join(DISTROS)}; "
             "a plan sets keys of those only (controlPlane.distro.k8s.enabled: true)"
         )
+    if len(path) == 3 and not isinstance(value, Mapping):  # the merge would replace it unseen
+        raise ConfigError(f"plan {plan}: {dotted(path)}: must be a map of the distro's values, got {value!r}")
     if path[3:] == ("enabled",):
         if not isinstance(value, bool):
             raise ConfigError(f"plan {plan}: {dotted(path)}: must be true or false, got {value!r}")

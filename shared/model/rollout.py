@@ -164,16 +164,22 @@ def slot_free(slot: Slot, holder: Tenant | None) -> bool:
     at the slot's target or at a newer generation than it was taken at."""
     if holder is None or holder.uid != slot.uid:
         return True
-    if holder.deleting:
-        return True
-    if not holder.ready_at_generation():
-        return False
-    return running(holder) == slot.target or holder.generation > slot.generation
+    if holder.deleting or holder.generation > slot.generation:
+        return True  # gone, or its own change superseded the upgrade it took the slot for
+    return holder.ready_at_generation() and running(holder) == slot.target
 
 
 def slot_failed(slot: Slot, holder: Tenant | None) -> bool:
-    """The slot's Tenant is Failed: its upgrade did not go through, and the rollout halts there."""
-    return holder is not None and holder.uid == slot.uid and holder.status.phase == Phase.FAILED
+    """The slot's Tenant is Failed at the generation it took the slot at: its upgrade did not go
+    through, and the rollout halts there. Failed at a newer generation is its own change failing
+    (a slot is taken over, not handed back, so an upgraded Tenant keeps its Lease for a while):
+    that says nothing of the fleet upgrade, and its slot is free (``slot_free``)."""
+    return (
+        holder is not None
+        and holder.uid == slot.uid
+        and holder.generation == slot.generation
+        and holder.status.phase == Phase.FAILED
+    )
 
 
 class Admission(enum.Enum):

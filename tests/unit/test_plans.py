@@ -402,3 +402,8 @@ def test_an_unknown_plan_fails_the_tenant_listing_the_plans_before_anything_is_m
     ready = next(c for c in failed.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "UnknownPlan")
     assert BOB_NS not in kube.namespaces and helm.operations == []
+
+
+def test_a_distro_that_is_no_map_is_refused_not_replaced_unseen() -> None:
+    with pytest.raises(ConfigError, match=r"plan odd: controlPlane\.distro\.k8s: must be a map"):
+        Plan.parse("odd", {"controlPlane": {"distro": {"k8s": "x"}}})

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from shared.adapters.release import (
+    MAX_RELEASE_BYTES,
     RECORD_TYPE,
     ReleaseRecords,
     SecretMeta,
@@ -100,8 +101,14 @@ def test_the_highest_revision_is_the_current_one_and_no_record_is_no_release() -
         ),
         (encoded({"name": NAME, "namespace": NAMESPACE, "version": 4}), "its body gives no info.status"),
         (
-            encoded({"name": NAME, "version": 4, "info": {"status": "deployed"}, "config": ["x"]}),
+            encoded(
+                {"name": NAME, "namespace": NAMESPACE, "version": 4, "info": {"status": "deployed"}, "config": ["x"]}
+            ),
             "its body's config (the release's values) is not a JSON object",
+        ),
+        (  # helm always writes the namespace
+            encoded({"name": NAME, "version": 4, "info": {"status": "deployed"}, "config": {}}),
+            "its body is a release of another name or namespace than vcluster-bob/vc-bob",
         ),
     ],
 )
@@ -149,3 +156,11 @@ def test_the_reader_lists_the_records_with_their_data_once() -> None:
     found = ReleaseRecords(Source()).current(NAME, NAMESPACE)
     assert found is not None and found.state.revision == 2 and found.values == VALUES
     assert asked == [(NAMESPACE, f"owner=helm,name={NAME}")]
+
+
+def test_a_record_that_inflates_past_the_bound_is_refused_not_decompressed() -> None:
+    """A gzip bomb in a record (a Secret of at most 1 MiB inflating without end) would hold install's
+    memory; past ``MAX_RELEASE_BYTES`` the record is refused as tampered."""
+    bomb = base64.b64encode(gzip.compress(b" " * (MAX_RELEASE_BYTES + 1)))
+    with pytest.raises(ReleaseTampered, match=f"inflates to more than {MAX_RELEASE_BYTES} bytes"):
+        decode_record(NAME, NAMESPACE, SecretRecord(record(4).meta, bomb))

@@ -110,6 +110,17 @@ def test_a_slot_is_held_until_its_tenant_is_ready_again_at_its_target() -> None:
     assert rollout.slot_failed(slot(), tenant({"phase": "Failed"}))
 
 
+def test_a_slot_holder_failing_its_own_change_halts_nothing_and_frees_its_slot() -> None:
+    """An upgraded Tenant keeps its slot's Lease until another takes it over; Failed later at a newer
+    generation (a quota helm refuses) is its own change failing, not the fleet upgrade."""
+    failed_own = tenant({"phase": "Failed", "observedGeneration": 2}, generation=2)
+    assert not rollout.slot_failed(slot(), failed_own)
+    assert rollout.slot_free(slot(), failed_own)
+    assert rollout.halted_by([("rollout-slot-0", slot(), failed_own)]) is None
+    failed_upgrade = tenant({"phase": "Failed", "observedGeneration": 1})
+    assert rollout.slot_failed(slot(), failed_upgrade) and not rollout.slot_free(slot(), failed_upgrade)
+
+
 def test_admit_goes_in_a_held_slot_takes_a_free_one_waits_and_halts() -> None:
     me = tenant(READY_AT_TARGET | {"valuesDigest": "old"}, uid="me")
     other_busy = tenant({"phase": "Provisioning", "observedGeneration": 1}, uid="u1")
