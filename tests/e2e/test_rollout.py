@@ -224,6 +224,14 @@ def test_a_new_chart_version_rolls_out_in_waves_halts_at_a_failure_and_resumes(
     assert sorted(started) == names()
     ready = {n: parse_time(t.status.last_synced_at) for n, t in after.items()}
     assert concurrent(started, {n: r for n, r in ready.items() if r is not None}) <= PARALLEL
+    origin = min(started.values())
+    lines = ["the rollout (s after the first upgrade; helm's v2 record, then the Tenant's last write at Ready):"]
+    for n in sorted(started, key=started.__getitem__):
+        at = ready[n]
+        span = f"{(at - origin).total_seconds():4.0f}" if at is not None else "   ?"
+        lines.append(f"  {n}  upgrade {(started[n] - origin).total_seconds():4.0f}  ready {span}")
+    with capsys.disabled():  # the report's, not the CLI output the test reads
+        print("\n" + "\n".join(lines))
     assert {n: t.status.values_digest for n, t in after.items()} == digests, "the values did not change"
     assert {t.status.rollout for t in after.values()} == {""}
     wide = pipeline.kubectl("get", "kt", "-n", TENANT_NAMESPACE, "-o", "wide", "--no-headers")
