@@ -4,14 +4,14 @@
   docs/deploy.md says) and Established.
 - ``custom_objects`` (session): a ``CustomObjectsApi`` of the admin client.
 - ``helm`` (function): the helm adapter on the real helm CLI, the session's registry and API
-  server (a module may define its own).
+  server; ``make_helm`` (function) makes one with another executable, chart version, cache or deadline.
 - ``records`` (function): helm's release records read from the API, as check-ready reads them
   (and as the ``helm`` fixture's adapter reads them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,21 +49,39 @@ def records(kube_admin_kubeconfig: Path) -> Iterator[ReleaseRecords]:
     kube.close()
 
 
+MakeHelm = Callable[..., Helm]
+
+
 @pytest.fixture
-def helm(
+def make_helm(
     toolchain: Toolchain,
     chart_ref: str,
     helm_env: dict[str, str],
     kube_admin_kubeconfig: Path,
     records: ReleaseRecords,
     tmp_path: Path,
-) -> Helm:
+) -> MakeHelm:
+    """The helm adapter on the session's registry and API server as admin, reading the release from
+    ``records``: ``make_helm(executable=None, version="0.21.2", cache=None, deadline=None)``, the real
+    helm CLI unless another executable is given, the chart cached in ``cache`` (``tmp_path/charts``)."""
+
+    def make(
+        executable: str | None = None, version: str = "0.21.2", cache: Path | None = None, deadline: float | None = None
+    ) -> Helm:
+        return Helm(
+            chart_ref,
+            version,
+            cache or tmp_path / "charts",
+            records=records,
+            executable=executable or str(toolchain.helm),
+            kubeconfig=kube_admin_kubeconfig,
+            deadline=deadline,
+        )
+
+    return make
+
+
+@pytest.fixture
+def helm(make_helm: MakeHelm) -> Helm:
     """The real helm CLI, installing the stand-in chart from the test bed's registry as admin."""
-    return Helm(
-        chart_ref,
-        "0.21.2",
-        tmp_path / "charts",
-        records=records,
-        executable=str(toolchain.helm),
-        kubeconfig=kube_admin_kubeconfig,
-    )
+    return make_helm()

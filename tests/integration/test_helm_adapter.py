@@ -18,6 +18,8 @@ from shared.adapters.release import ReleaseRecords
 from shared.errors import PermanentError, TemporaryError
 from testbed.toolchain import Toolchain
 
+from .conftest import MakeHelm
+
 pytestmark = pytest.mark.integration
 
 
@@ -49,22 +51,8 @@ def test_values_the_chart_rejects_are_permanent(helm: Helm, test_namespace: str,
         helm.install_or_upgrade("vc-b", test_namespace, {"exportKubeConfig": {"enabled": True}, "bogus": 1})
 
 
-def test_missing_chart_version_is_permanent(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    records: ReleaseRecords,
-    tmp_path: Path,
-) -> None:
-    helm = Helm(
-        chart_ref,
-        "9.9.9",
-        tmp_path / "charts",
-        records=records,
-        executable=str(toolchain.helm),
-        kubeconfig=kube_admin_kubeconfig,
-    )
+def test_missing_chart_version_is_permanent(make_helm: MakeHelm) -> None:
+    helm = make_helm(version="9.9.9")
     with pytest.raises(PermanentError, match="not found"):
         helm.chart()
 
@@ -162,28 +150,13 @@ def still_running(marker: int) -> bool:
 
 @pytest.mark.parametrize("ignores_term", [False, True], ids=["stops-on-term", "ignores-term"])
 def test_a_helm_past_its_deadline_is_stopped_and_that_is_temporary(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    records: ReleaseRecords,
-    test_namespace: str,
-    tmp_path: Path,
-    ignores_term: bool,
+    make_helm: MakeHelm, toolchain: Toolchain, test_namespace: str, tmp_path: Path, ignores_term: bool
 ) -> None:
     """HELM_DEADLINE_SECONDS: helm gets TERM at the deadline and KILL 2 s later; the caller gets a
     temporary error that says so, and no process of that helm is left."""
     marker = 86000 + secrets.randbelow(399)
     hung = hung_helm(tmp_path, toolchain.helm, marker, ignores_term)
-    helm = Helm(
-        chart_ref,
-        "0.21.2",
-        tmp_path / "charts",
-        records=records,
-        executable=str(hung),
-        kubeconfig=kube_admin_kubeconfig,
-        deadline=1,
-    )
+    helm = make_helm(str(hung), deadline=1)
     with pytest.raises(TemporaryError) as err:
         helm.install_or_upgrade("vc-hung", test_namespace, {})
     said = str(err.value)
@@ -193,23 +166,9 @@ def test_a_helm_past_its_deadline_is_stopped_and_that_is_temporary(
 
 
 def test_the_real_helm_runs_through_its_deadline_wrapper(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    records: ReleaseRecords,
-    test_namespace: str,
-    tmp_path: Path,
+    make_helm: MakeHelm, toolchain: Toolchain, test_namespace: str, tmp_path: Path
 ) -> None:
-    helm = Helm(
-        chart_ref,
-        "0.21.2",
-        tmp_path / "cache" / "charts",
-        records=records,
-        executable=str(toolchain.helm),
-        kubeconfig=kube_admin_kubeconfig,
-        deadline=60,
-    )
+    helm = make_helm(cache=tmp_path / "cache" / "charts", deadline=60)
     state = helm.install_or_upgrade("vc-w", test_namespace, {})
     assert (state.revision, state.status) == (1, "deployed")
     wrapper = tmp_path / "cache" / "bin" / "helm-with-deadline"
@@ -289,25 +248,12 @@ def counting_helm(folder: Path, real: Path, log: Path) -> Path:
 
 
 def test_a_new_release_costs_one_helm_process_and_a_redelivery_none(
-    toolchain: Toolchain,
-    chart_ref: str,
-    helm_env: dict[str, str],
-    kube_admin_kubeconfig: Path,
-    records: ReleaseRecords,
-    test_namespace: str,
-    tmp_path: Path,
+    make_helm: MakeHelm, toolchain: Toolchain, records: ReleaseRecords, test_namespace: str, tmp_path: Path
 ) -> None:
     """issue 29, "helm: 1 process per new Tenant, 0 per re-delivery or settled check": the release is
     read from helm's record, so only the install itself, an upgrade and an uninstall run helm."""
     log = tmp_path / "helm-processes"
-    helm = Helm(
-        chart_ref,
-        "0.21.2",
-        tmp_path / "charts",
-        records=records,
-        executable=str(counting_helm(tmp_path, toolchain.helm, log)),
-        kubeconfig=kube_admin_kubeconfig,
-    )
+    helm = make_helm(str(counting_helm(tmp_path, toolchain.helm, log)))
     helm.chart()  # once per process: the pull into the chart cache
     log.write_text("")
 
