@@ -61,10 +61,29 @@ class ScaleTimeline:
         return self
 
     def stop(self) -> list[tuple[float, dict[str, int]]]:
+        """Stop sampling, then take one last sample, so the timeline ends at what is true now.
+
+        Without it the last change can be up to a sample (one ``kubectl get`` on a loaded node
+        plus ``interval``) old: a test that waited for every function at zero and then read the
+        timeline's end saw a pod its own wait had already seen gone (CI of 702b2b1).
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        for _ in range(3):  # a failed sample is tried again; the sampler's thread is stopped
+            if self._record():
+                break
         return self.changes
+
+    def _record(self) -> bool:
+        """Take one sample and keep it if it changed anything; False if the sample failed."""
+        try:
+            counts = dict(self.sample())
+        except (ProcessError, ValueError):  # a failed sample is skipped; the next one counts
+            return False
+        if counts and (not self.changes or self.changes[-1][1] != counts):
+            self.changes.append((self.elapsed(), counts))
+        return bool(counts)
 
     def peak(self, service: str, until: float | None = None) -> int:
         """The most Ready pods ``service`` had, over the whole timeline or until ``until``."""
@@ -77,12 +96,7 @@ class ScaleTimeline:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                counts = dict(self.sample())
-            except (ProcessError, ValueError):  # a failed sample is skipped; the next one counts
-                counts = {}
-            if counts and (not self.changes or self.changes[-1][1] != counts):
-                self.changes.append((round(time.monotonic() - self._started, 1), counts))
+            self._record()
             self._stop.wait(self.interval)
 
     def table(self, services: Sequence[str]) -> str:
