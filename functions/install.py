@@ -160,8 +160,9 @@ def _install(
     names = tenant.spec.names
     pod_security = settings.isolation.pod_security_labels()
     namespace, labels = claims.namespace_claim(kube, tenant)
+    created = False
     if namespace.claim == Claim.FREE:
-        if kube.create_namespace(names.namespace, namespace_labels(tenant) | pod_security):
+        if created := kube.create_namespace(names.namespace, namespace_labels(tenant) | pod_security):
             labels = None
         else:  # made by someone else just now: judge it
             namespace, labels = claims.namespace_claim(kube, tenant)
@@ -170,7 +171,7 @@ def _install(
         log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
     elif namespace.claim == Claim.OURS and labels is not None:
         access.keep_labels(kube, names.namespace, labels, pod_security)
-    access.grant(kube, tenant, settings.tenant_namespace)
+    access.grant(kube, tenant, settings.tenant_namespace, fresh=created)  # just made: nothing in it to read
 
     # Pending again (a retry, or resync after the vCluster's StatefulSet or one of the chart's
     # namespace policies went away) with the release in place: upgrade it even if its values are

@@ -24,7 +24,11 @@ def test_stop_takes_a_last_sample_after_the_thread_has_stopped() -> None:
 
 
 def test_a_failed_last_sample_is_tried_again() -> None:
-    answers: list[dict[str, int] | Exception] = [{"install": 2}, ProcessError("kubectl get pods failed"), {"install": 0}]
+    answers: list[dict[str, int] | Exception] = [
+        {"install": 2},
+        ProcessError("kubectl get pods failed"),
+        {"install": 0},
+    ]
 
     def sample() -> dict[str, int]:
         answer = answers.pop(0)
@@ -33,6 +37,6 @@ def test_a_failed_last_sample_is_tried_again() -> None:
         return answer
 
     timeline = ScaleTimeline(sample, interval=3600).start()
-    while answers and len(answers) == 3:  # until the thread has taken its one sample
+    while len(answers) == 3:  # until the thread has taken its one sample
         threading.Event().wait(0.01)
     assert [c for _, c in timeline.stop()] == [{"install": 2}, {"install": 0}]

@@ -236,23 +236,44 @@ def test_a_changed_grant_is_put_back_with_one_write_each(kube: FakeKube, helm: F
     assert access.grant(kube, tenant, TENANT_NAMESPACE) == 0
 
 
-def test_a_grant_made_by_another_delivery_meanwhile_is_a_conflict_to_run_again(helm: FakeHelm) -> None:
-    class RacingKube(FakeKube):
-        """Another install delivery creates store-kubeconfig's Role between our read and our create."""
+class RacingKube(FakeKube):
+    """Another install delivery creates store-kubeconfig's Role just before this one does."""
 
-        def create_role(self, role: Role) -> bool:
-            if role.name == STORE and (role.namespace, role.name) not in self.roles:
-                super().create_role(role)
-            return super().create_role(role)
+    def create_role(self, role: Role) -> bool:
+        if role.name == STORE and (role.namespace, role.name) not in self.roles:
+            super().create_role(role)
+        return super().create_role(role)
 
+
+def test_a_new_tenants_namespace_is_granted_without_a_read(kube: FakeKube, helm: FakeHelm) -> None:
+    """install has just made the namespace: nothing is in it, so each grant is created at once."""
+    provision(kube, helm)
+    assert len(grant_writes(kube)) == 7
+    assert kube.calls["get_role"] == 0 and kube.calls["get_role_binding"] == 0
+    assert kube.calls["allowed"] == 1, "in force asked once, after install's own binding was made"
+
+
+def test_a_grant_made_by_another_delivery_in_a_new_namespace_is_read_and_kept(helm: FakeHelm) -> None:
     kube = RacingKube()
     helm.kube = kube
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
-    with pytest.raises(Conflict, match="made by another delivery meanwhile"):
-        install.handle(kube, helm, SETTINGS, ref_of(obj))
-    # the HTTP layer runs the step again on fresh data: now it is found as it should be
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
-    assert kube.writes["role create"] == 2  # the other delivery's, and resync's on the run again
+    # the other delivery's Role is what this one wants: read once, kept, nothing written over it
+    assert kube.calls["get_role"] == 1 and kube.writes["role create"] == 2
+    assert kube.roles[(BOB_NS, STORE)] == access.namespace_grants(live(kube), TENANT_NAMESPACE).roles[0]
+
+
+def test_a_grant_made_by_another_delivery_meanwhile_is_a_conflict_to_run_again(helm: FakeHelm) -> None:
+    """In a namespace that was there already, a Role read as missing and then found made by
+    another delivery is a conflict: the HTTP layer runs the step again on fresh data."""
+    kube = RacingKube()
+    helm.kube = kube
+    provision(kube, helm)
+    del kube.roles[(BOB_NS, STORE)]  # gone, and about to be made by another delivery
+    with pytest.raises(Conflict, match="made by another delivery meanwhile"):
+        access.grant(kube, live(kube), TENANT_NAMESPACE)
+    # run again: now it is found as it should be
+    assert access.grant(kube, live(kube), TENANT_NAMESPACE) == 0
 
 
 def test_no_grant_in_a_namespace_that_is_another_tenants(kube: FakeKube, helm: FakeHelm) -> None:
@@ -461,6 +482,10 @@ def test_a_delivery_that_finds_installs_binding_made_by_another_reads_again_late
     kube = BindingNotInForceYet()
     helm.kube = kube
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+    # what the other delivery has made: the namespace, as this Tenant's, and install's own binding in it
+    tenant = live(kube)
+    kube.add_namespace(BOB_NS, namespace_labels(tenant) | POD_SECURITY)
+    kube.create_role_binding(access.namespace_grants(tenant, TENANT_NAMESPACE).bindings[0])
 
     with pytest.raises(TemporaryError) as raised:
         install.handle(kube, helm, SETTINGS, ref_of(obj))
