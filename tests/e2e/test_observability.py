@@ -10,6 +10,7 @@ one the functions really export. Last, the Tenant's vCluster goes down after Rea
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
@@ -159,12 +160,20 @@ def test_a_vcluster_that_goes_down_after_ready_is_said_unavailable_and_available
     ``kubectl wait`` on both conditions; resync's tick is sent by the test (Stack.tick)."""
     assert available(kube, olive) == ("True", "ControlPlaneReady")  # written with Ready
     pipeline.kubectl("wait", "--for=condition=Ready", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=10s")
+    started = time.monotonic()
+    timeline: list[tuple[float, str]] = []  # the health timeline of this fault run, for the report
 
+    def seen(what: str) -> None:
+        timeline.append((time.monotonic() - started, what))
+
+    seen("fault: stand-in control plane annotated not-ready")
     control_plane(pipeline, kube, olive, "not-ready")
+    seen("StatefulSet readyReplicas 0")
     # heard from the StatefulSet's change (vcluster-source, check-ready's look): no resync tick
     pipeline.kubectl(
         "wait", "--for=condition=VClusterAvailable=False", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=30s"
     )
+    seen("kubectl wait: VClusterAvailable=False (ControlPlaneNotReady), phase still Ready, no resync tick")
     assert available(kube, olive) == ("False", "ControlPlaneNotReady")
     assert any(
         d.trigger == "tenant-check-ready-hint" and d.subject == f"{TENANT_NAMESPACE}/{olive}"
@@ -183,12 +192,17 @@ def test_a_vcluster_that_goes_down_after_ready_is_said_unavailable_and_available
     assert total(resync, "kubeopera_tenant_vclusters", available="false") == 1
     assert total(resync, "kubeopera_tenant_vclusters", available="true") == 0
 
+    seen("resync pass: gauge kubeopera_tenant_vclusters{available=false} 1")
     control_plane(pipeline, kube, olive, None)
+    seen("recovered: StatefulSet readyReplicas 1")
     pipeline.tick()
     assert pipeline.watch.wait_idle(timeout=30)
     pipeline.kubectl(
         "wait", "--for=condition=VClusterAvailable=True", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=30s"
     )
+    seen("kubectl wait: VClusterAvailable=True (ControlPlaneReady)")
+    rows = "\n".join(f"{at:7.2f}  {what}" for at, what in timeline)
+    print(f"\nhealth timeline of a fault run (s from the fault):\n{rows}")
     assert available(kube, olive) == ("True", "ControlPlaneReady")
     assert [e["reason"] for e in tenant_events(pipeline, olive)][-1] == "VClusterAvailable"
     resync = scrape(pipeline.function_urls["tenant-resync"])

@@ -6,6 +6,8 @@ resourceVersion that was read. Secret contents never appear in an error message 
 ``Kube`` is made of one part per kind of object, each a module here: tenants (and their Events),
 namespaces (and volumes), workloads (the StatefulSet), leases (locks and claims), policies (the
 chart's namespace policies, the host's Service range), access (RBAC, token reviews), secrets.
+Each part imports the client from ``client``, which loads it a part at a time (the names this
+adapter uses, not the whole generated package: a worker's start and memory).
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ import os
 from pathlib import Path
 from typing import Self
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-
 from shared.adapters.kube.access import Access
+from shared.adapters.kube.client import k8s, k8s_config
 from shared.adapters.kube.leases import Leases
 from shared.adapters.kube.namespaces import Namespaces
 from shared.adapters.kube.policies import Policies

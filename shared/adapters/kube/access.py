@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes import client as k8s
-
 from shared.adapters.kube.calls import Apis, call, created, found_or_none, precondition, unless_absent
+from shared.adapters.kube.client import k8s
 from shared.delivery.senders import Review
 from shared.model.rbac import Role, RoleBinding
 

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import urllib3
-from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
+from shared.adapters.kube.client import ApiException, k8s
 from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError
 from shared.observability import tracing
 

@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client as k8s
-
 from shared.adapters.kube.calls import Apis, call, created, found_or_none, precondition, unless_absent
+from shared.adapters.kube.client import k8s
 from shared.errors import Conflict
 from shared.model.cluster import LeaseHold, Marker
 from shared.model.tenant import (

@@ -9,9 +9,8 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 
-from kubernetes import client as k8s
-
 from shared.adapters.kube.calls import Apis, call, found_or_none, paged, precondition, unless_absent
+from shared.adapters.kube.client import k8s
 from shared.errors import Conflict
 from shared.model.cluster import NamespaceInfo, OwnedNamespace, Volume
 from shared.model.naming import LABEL_OWNER_UID

@@ -8,9 +8,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from shared.adapters.kube.calls import Apis, call, paged
+from shared.adapters.kube.client import ApiException
 from shared.model.isolation import CHART_SELECTOR, PolicyObject
 
 

@@ -8,9 +8,8 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client as k8s
-
 from shared.adapters.kube.calls import Apis, as_json, call, found_or_none, precondition, unless_absent
+from shared.adapters.kube.client import k8s
 from shared.adapters.release import SecretMeta, SecretRecord
 from shared.model.cluster import StoredSecret
 

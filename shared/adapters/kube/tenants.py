@@ -11,9 +11,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from shared.adapters.kube.calls import Apis, call, found_or_none, paged
+from shared.adapters.kube.client import ApiException
 from shared.errors import Conflict, PermanentError, TemporaryError, TenantGone
 from shared.model.tenant import (
     API_VERSION,
