@@ -146,6 +146,7 @@ class Runtime:
             executable=self.settings.helm_executable,
             stuck_after=self.settings.stuck_release_seconds,
             deadline=self.settings.helm_deadline_seconds,
+            validate_manifests=self.settings.validate_manifests,
         )
 
     def kubeopera_api_client(self) -> Callbacks:

@@ -63,6 +63,11 @@ class Settings:
     stuck_release_seconds: int = 180
     # HELM_DEADLINE_SECONDS: a helm process still running after this is stopped (TERM, then KILL).
     helm_deadline_seconds: int = 120
+    # HELM_VALIDATE_MANIFESTS: helm checks each object it renders against the cluster's OpenAPI
+    # schema before it sends it (helm's own default; 60% of a helm upgrade's CPU). Off by default:
+    # the values are checked by the chart's values.schema.json either way, and the objects by the
+    # API server when they are made (shared.adapters.helm).
+    validate_manifests: bool = False
     # ORPHAN_GRACE_SECONDS: a vcluster-* namespace whose owner Tenant no longer exists is removed
     # (resync finds it, cleanup removes it) once it is older than this.
     orphan_grace_seconds: int = 600
@@ -156,6 +161,7 @@ class Settings:
             cleanup_stall_seconds=_positive_int(env, "CLEANUP_STALL_SECONDS", defaults.cleanup_stall_seconds),
             stuck_release_seconds=stuck,
             helm_deadline_seconds=deadline,
+            validate_manifests=_bool(env, "HELM_VALIDATE_MANIFESTS"),
             orphan_grace_seconds=_positive_int(env, "ORPHAN_GRACE_SECONDS", defaults.orphan_grace_seconds),
             chart_cache_dir=Path(get("CHART_CACHE_DIR", str(defaults.chart_cache_dir))),
             helm_executable=get("HELM_EXECUTABLE", defaults.helm_executable),

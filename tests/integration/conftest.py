@@ -62,11 +62,16 @@ def make_helm(
     tmp_path: Path,
 ) -> MakeHelm:
     """The helm adapter on the session's registry and API server as admin, reading the release from
-    ``records``: ``make_helm(executable=None, version="0.21.2", cache=None, deadline=None)``, the real
-    helm CLI unless another executable is given, the chart cached in ``cache`` (``tmp_path/charts``)."""
+    ``records``: ``make_helm(executable=None, version="0.21.2", cache=None, deadline=None,
+    validate_manifests=False)``, the real helm CLI unless another executable is given, the chart
+    cached in ``cache`` (``tmp_path/charts``)."""
 
     def make(
-        executable: str | None = None, version: str = "0.21.2", cache: Path | None = None, deadline: float | None = None
+        executable: str | None = None,
+        version: str = "0.21.2",
+        cache: Path | None = None,
+        deadline: float | None = None,
+        validate_manifests: bool = False,
     ) -> Helm:
         return Helm(
             chart_ref,
@@ -76,6 +81,7 @@ def make_helm(
             executable=executable or str(toolchain.helm),
             kubeconfig=kube_admin_kubeconfig,
             deadline=deadline,
+            validate_manifests=validate_manifests,
         )
 
     return make

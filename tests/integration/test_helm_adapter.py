@@ -275,3 +275,21 @@ def test_a_new_release_costs_one_helm_process_and_a_redelivery_none(
     assert processes() == ["uninstall"]
     assert not helm.uninstall("vc-n", test_namespace)
     assert processes() == []
+
+
+def test_helm_checks_the_objects_against_the_clusters_schema_only_when_asked(
+    make_helm: MakeHelm, toolchain: Toolchain, test_namespace: str, tmp_path: Path
+) -> None:
+    """``helm upgrade`` runs with ``--disable-openapi-validation`` unless HELM_VALIDATE_MANIFESTS
+    (shared.adapters.helm), and with the check on, the chart's objects for our values pass the
+    real API server's OpenAPI schema."""
+    log = tmp_path / "helm-arguments"
+    script = tmp_path / "logging-helm"
+    script.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {toolchain.helm} "$@"\n')
+    script.chmod(0o755)
+    values = {"controlPlane": {"statefulSet": {"resources": {"limits": {"cpu": "1"}}}}}
+    assert make_helm(str(script)).install_or_upgrade("vc-fast", test_namespace, values).status == "deployed"
+    checked = make_helm(str(script), validate_manifests=True)
+    assert checked.install_or_upgrade("vc-checked", test_namespace, values).status == "deployed"
+    upgrades = [line.split() for line in log.read_text().splitlines() if line.startswith("upgrade")]
+    assert [(u[1], "--disable-openapi-validation" in u) for u in upgrades] == [("vc-fast", True), ("vc-checked", False)]

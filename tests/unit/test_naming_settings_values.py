@@ -219,6 +219,13 @@ def test_delete_retained_volumes_is_off_unless_asked(value: str, expected: bool)
     assert Settings.from_env({"DELETE_RETAINED_VOLUMES": value} | SENDERS).delete_retained_volumes is expected
 
 
+@pytest.mark.parametrize(("value", "expected"), [("", False), ("no", False), ("true", True)])
+def test_helm_checks_manifests_against_the_openapi_schema_only_when_asked(value: str, expected: bool) -> None:
+    assert Settings.from_env({"HELM_VALIDATE_MANIFESTS": value} | SENDERS).validate_manifests is expected
+    with pytest.raises(ConfigError, match="HELM_VALIDATE_MANIFESTS must be true or false"):
+        Settings.from_env({"HELM_VALIDATE_MANIFESTS": "strict"} | SENDERS)
+
+
 @pytest.mark.parametrize(("value", "expected"), [("", "k3s"), ("k8s", "k8s"), (" K3S ", "k3s")])
 def test_the_distro_is_k3s_unless_set(value: str, expected: str) -> None:
     assert Settings.from_env({"VCLUSTER_DISTRO": value} | SENDERS).distro == expected
