@@ -21,7 +21,9 @@ not the API server, and are not in the audit log's count.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import time
 import uuid
 from collections import Counter
@@ -31,7 +33,11 @@ from typing import Any
 import requests
 
 from shared.adapters.kube import Kube
+from shared.model import service_range
 from shared.model.isolation import policy_objects
+from shared.model.tenant import Tenant
+from shared.settings import Settings
+from shared.steps import rollout as waves
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.ticker import ping_event
 
@@ -91,8 +97,24 @@ def template(stack: Stack) -> dict[str, dict[str, Any]]:
     }
 
 
-def create_settled(stack: Stack, objects: Mapping[str, Mapping[str, Any]], count: int) -> float:
+def install_settings(stack: Stack, kube: Kube) -> Settings:
+    """The settings the stack's install runs with (its environment; the Service range as install
+    resolves it at start): what a copy's ``status.valuesDigest`` must be computed with."""
+    settings = Settings.from_env(os.environ | dict(stack.function_specs["tenant-install"].env))
+    return dataclasses.replace(settings, service_cidr=service_range.resolve(settings.service_cidr, kube.service_cidrs))
+
+
+def settled_digest(item: Mapping[str, Any], settings: Settings) -> str:
+    """The ``status.valuesDigest`` install records for this Tenant: a copy with the template's would
+    be behind the fleet (its values name another Tenant), and resync would start a rollout."""
+    return waves.target(Tenant.from_object(item), settings).values_digest
+
+
+def create_settled(stack: Stack, objects: Mapping[str, Mapping[str, Any]], count: int, settings: Settings) -> float:
     """N copies of the template, created with server-side apply, then their status written."""
+    recorded = objects["tenant"]["status"].get("valuesDigest")
+    if settled_digest(objects["tenant"], settings) != recorded:
+        raise RuntimeError(f"install's settings, as read here, do not give the template's values digest {recorded}")
     began = time.perf_counter()
     docs: list[dict[str, Any]] = []
     names = [f"settled-{i:04d}" for i in range(count)]
@@ -114,6 +136,7 @@ def create_settled(stack: Stack, objects: Mapping[str, Mapping[str, Any]], count
     for item in listed["items"]:
         if item["metadata"]["name"].startswith("settled-"):
             item["status"] = _renamed(status, replacements[item["metadata"]["name"]])
+            item["status"]["valuesDigest"] = settled_digest(item, settings)
             items.append(item)
     # each copy's StatefulSet says what the template's does (its pod ready), as the StatefulSet
     # controller would: resync then finds each vCluster available and asks its API, through the
@@ -147,11 +170,12 @@ def main(argv: Sequence[str]) -> list[Table]:
         kube = Kube.connect(stack.admin_kubeconfig)
         try:
             provision(stack, kube, TEMPLATE)
+            settings = install_settings(stack, kube)
         finally:
             kube.close()
         assert stack.watch.wait_idle(60), stack.watch.pending()
         stack.stop_adapter()
-        created = create_settled(stack, template(stack), args.tenants)
+        created = create_settled(stack, template(stack), args.tenants, settings)
         assert stack.control_plane is not None
         audit = stack.control_plane.audit_log
         url = stack.function_urls["tenant-resync"]
