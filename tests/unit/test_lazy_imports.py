@@ -67,8 +67,13 @@ def test_every_name_of_the_client_resolves_through_the_lazy_packages() -> None:
 import importlib
 from pathlib import Path
 from shared.adapters.kube import client
+import importlib.util
 import kubernetes.client
 assert kubernetes.client.__doc__.endswith("(shared.adapters.kube.client)"), "the lazy package"
+for fullname in client.LAZY:  # found as the real packages are (tests/deploy/test_wheel.py asks)
+    spec = importlib.util.find_spec(fullname)
+    assert spec is not None and spec.submodule_search_locations == importlib.import_module(fullname).__path__
+assert importlib.util.find_spec("kubernetes.client.exceptions") is not None
 count = 0
 for fullname in client.LAZY[1:]:
     package = importlib.import_module(fullname)

@@ -21,6 +21,7 @@ models and that every name of the real ``__init__`` files resolves through the s
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import re
 import sys
@@ -48,6 +49,9 @@ def lazy_package(fullname: str, folder: Path, names: Mapping[str, str]) -> types
     package.__path__ = [str(folder)]
     package.__package__ = fullname
     package.__file__ = str(init)
+    # a spec as the import system would give the real package (importlib.util.find_spec reads it)
+    package.__spec__ = importlib.machinery.ModuleSpec(fullname, None, origin=str(init), is_package=True)
+    package.__spec__.submodule_search_locations = [str(folder)]
     if version := _VERSION.search(init.read_text()):
         package.__version__ = version.group(1)  # type: ignore[attr-defined]
 
