@@ -268,11 +268,18 @@ def keep_labels(kube: AccessApi, namespace: str, current: Mapping[str, str], wan
     return 1
 
 
+def _made_at_once(fresh: bool, before_write: Callable[[], None], create: Callable[[], bool]) -> bool:
+    """In a namespace just made (``fresh``), create without reading first: True when it was made;
+    False (not fresh, or there already: 409) and the caller reads and judges what is there."""
+    if not fresh:
+        return False
+    before_write()
+    return create()
+
+
 def _ensure_role(kube: AccessApi, want: Role, before_write: Callable[[], None], fresh: bool = False) -> int:
-    if fresh:
-        before_write()
-        if kube.create_role(want):
-            return 1
+    if _made_at_once(fresh, before_write, lambda: kube.create_role(want)):
+        return 1
     # Read through install's own binding, which a delivery that found it already made (by
     # another one, a moment ago) did not wait for: a refusal is temporary until it is in force.
     with granted_at_run_time(want.namespace):
@@ -291,10 +298,8 @@ def _ensure_role(kube: AccessApi, want: Role, before_write: Callable[[], None], 
 def _ensure_binding(
     kube: AccessApi, want: RoleBinding, before_write: Callable[[], None], fresh: bool = False
 ) -> int:
-    if fresh:
-        before_write()
-        if kube.create_role_binding(want):
-            return 1
+    if _made_at_once(fresh, before_write, lambda: kube.create_role_binding(want)):
+        return 1
     found = kube.get_role_binding(want.namespace, want.name)
     if found is not None and found == want and has_labels(found.labels, want.labels):
         return 0

@@ -26,7 +26,6 @@ import importlib.util
 import re
 import sys
 import types
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +37,20 @@ LAZY = ("kubernetes", "kubernetes.client", "kubernetes.client.api", "kubernetes.
 
 def names_in(init: Path) -> dict[str, str]:
     """What a generated ``__init__.py`` imports: each name, and the module it comes from."""
-    return {name: module for module, name in _NAMED.findall(init.read_text())}
+    return _names(init.read_text())
 
 
-def lazy_package(fullname: str, folder: Path, names: Mapping[str, str]) -> types.ModuleType:
-    """A package module for ``folder`` whose ``__init__`` is not run: ``names`` (name -> module)
-    and its submodules are imported on first use; its ``__version__`` is the real one's."""
+def _names(source: str) -> dict[str, str]:
+    return {name: module for module, name in _NAMED.findall(source)}
+
+
+def lazy_package(fullname: str, folder: Path) -> types.ModuleType:
+    """A package module for ``folder`` whose ``__init__`` is not run: the names that ``__init__``
+    imports (``names_in``) and its submodules are imported on first use; its ``__version__`` is
+    the real one's."""
     init = folder / "__init__.py"
+    source = init.read_text()
+    names = _names(source)
     package = types.ModuleType(fullname, f"{fullname}, loaded a name at a time (shared.adapters.kube.client)")
     package.__path__ = [str(folder)]
     package.__package__ = fullname
@@ -52,7 +58,7 @@ def lazy_package(fullname: str, folder: Path, names: Mapping[str, str]) -> types
     # a spec as the import system would give the real package (importlib.util.find_spec reads it)
     package.__spec__ = importlib.machinery.ModuleSpec(fullname, None, origin=str(init), is_package=True)
     package.__spec__.submodule_search_locations = [str(folder)]
-    if version := _VERSION.search(init.read_text()):
+    if version := _VERSION.search(source):
         package.__version__ = version.group(1)  # type: ignore[attr-defined]
 
     def __getattr__(name: str) -> Any:
@@ -80,12 +86,8 @@ def load() -> None:
     if spec is None or spec.origin is None:  # not installed: the import below says so
         return
     root = Path(spec.origin).parent
-    packages = {}
-    for fullname in LAZY:
-        folder = root.joinpath(*fullname.split(".")[1:])
-        names = names_in(folder / "__init__.py") if fullname != "kubernetes" else {}
-        packages[fullname] = lazy_package(fullname, folder, names)
-    sys.modules.update(packages)
+    # the top package's own __init__ names nothing of the client's form: it gets submodules only
+    sys.modules.update({name: lazy_package(name, root.joinpath(*name.split(".")[1:])) for name in LAZY})
 
 
 load()
