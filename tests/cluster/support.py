@@ -37,14 +37,20 @@ def phase(cluster: ClusterStack, name: str) -> str | None:
 
 
 def running_pod(cluster: ClusterStack, service: str) -> str:
-    """The name of a Ready pod of the function, waking it with a request if it is at zero."""
+    """The name of a Ready pod of the function, waking it with a request while it has none. One
+    request is not always enough: a pod on its way to zero can answer it and then go (CI of 82cc550
+    waited 60 s for a pod after such a wake), so each look that finds none wakes it again."""
 
     def ready() -> str | None:
         return next((str(p["metadata"]["name"]) for p in cluster.pods(service) if is_ready(p)), None)
 
-    if ready() is None:
-        cold_start(cluster.ingress_url, f"{service}.{NAMESPACE}.svc.cluster.local")
-    return wait_for(f"a Ready pod of {service}", ready, timeout=60)
+    def woken() -> str | None:
+        found = ready()
+        if found is None:
+            cold_start(cluster.ingress_url, f"{service}.{NAMESPACE}.svc.cluster.local")
+        return found
+
+    return wait_for(f"a Ready pod of {service}", woken, timeout=120, interval=2)
 
 
 def exec_python(cluster: ClusterStack, pod: str, code: str) -> str:
