@@ -518,11 +518,13 @@ def hop_table(
 
 def cost_table(
     stack: Stack, n_total: int, bursts: Sequence[Burst], helm_calls: Path, charts: Mapping[str, int]
-) -> Table:
+) -> tuple[Table, Table]:
+    """The cost per Tenant by client, and the functions' own client's requests by function."""
     assert stack.control_plane is not None
     audit = lines(stack.control_plane.audit_log)
     helm_lines = lines(helm_calls)
     by_request: Counter[tuple[str, str]] = Counter()
+    by_function: Counter[tuple[str, str]] = Counter()
     by_helm: Counter[str] = Counter()
     for line in audit:
         entry = json.loads(line)
@@ -539,6 +541,8 @@ def cost_table(
         ref = entry["objectRef"]
         resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         by_request[(who, f"{entry['verb']} {resource}")] += 1
+        if who == "client":
+            by_function[(user.removeprefix(OURS), f"{entry['verb']} {resource}")] += 1
     for line in helm_lines:
         at_text, _, sub = line.partition(" ")
         if any(b.during(float(at_text)) for b in bursts):
@@ -559,7 +563,7 @@ def cost_table(
         rows.append((f"  helm {sub}", f"{count / n_total:.2f}"))
     rows.append(("chart loads from the registry (whole run, all processes)", str(charts.get("registry", 0))))
     rows.append(("chart loads from the cache on disk (whole run)", str(charts.get("cache", 0))))
-    return table(
+    cost = table(
         f"Cost per provisioned Tenant ({n_total} Tenants over {len(bursts)} bursts)",
         ("what", "per Tenant"),
         rows,
@@ -570,6 +574,23 @@ def cost_table(
             "LISTs and WATCHes were counted as the functions' client's.",
             "helm invocations: every process the functions started (HELM_EXECUTABLE counting wrapper), by subcommand.",
         ),
+    )
+    return cost, function_cost_table(n_total, by_function)
+
+
+def function_cost_table(n_total: int, by_function: Mapping[tuple[str, str], int]) -> Table:
+    """The functions' own client's requests per provisioned Tenant, by function (who asks what)."""
+    rows = []
+    for function in sorted({f for f, _ in by_function}):
+        mine = {k: v for (f, k), v in by_function.items() if f == function}
+        rows.append((function, f"{sum(mine.values()) / n_total:.2f}"))
+        for key, count in sorted(mine.items(), key=lambda kv: (-kv[1], kv[0])):
+            rows.append((f"  {key}", f"{count / n_total:.2f}"))
+    return table(
+        f"API requests by the functions' client, by function ({n_total} Tenants)",
+        ("function / request", "per Tenant"),
+        rows,
+        ("The first table's client rows, by the ServiceAccount that made them.",),
     )
 
 
@@ -649,7 +670,8 @@ def main(argv: Sequence[str]) -> list[Table]:
                 memory = worker_rss(stack)
                 charts = chart_loads(stack)
                 poll_gaps, poll_periods = poll_intervals(stack, kube, args.polls)
-                cost = cost_table(stack, args.tenants * args.runs, bursts, helm_calls, charts)  # before teardown
+                # before teardown
+                cost, by_function = cost_table(stack, args.tenants * args.runs, bursts, helm_calls, charts)
             finally:
                 phases.close()
                 kube.close()
@@ -659,6 +681,7 @@ def main(argv: Sequence[str]) -> list[Table]:
             cpu_table(args.tenants, bursts),
             hop_table(window, answered, gaps),
             cost,
+            by_function,
             poll_table(poll_gaps, poll_periods),
             memory_table(memory),
         ]

@@ -244,7 +244,8 @@ def _retained_volumes(kube: Cluster, settings: Settings, tenant: Tenant) -> None
 
 def _uninstall(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant) -> None:
     """``helm uninstall`` of the Tenant's release, unless helm's history of it was tampered with (a
-    Secret with the release's labels that helm did not write, ``claims.check_history``): then helm
+    Secret with the release's labels that helm did not write: the adapter's one read of it refuses
+    it, ``shared.adapters.release.history``): then helm
     is not asked what to delete, since a forged record could name anything. That is logged and
     recorded as a Warning Event ``ReleaseTampered``; the namespace deletion that follows removes
     the release's objects with everything else in the namespace."""
@@ -252,7 +253,6 @@ def _uninstall(kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant
     # helm reads and writes the release's Secrets through install's RoleBinding in this
     # namespace (shared.steps.access); a refusal is a helm failure, temporary like all of them.
     try:
-        claims.check_history(kube, tenant)
         helm.uninstall(names.release, names.namespace, guard=claims.release_guard(kube, tenant))
     except NamespaceTerminating:
         log.info("namespace deletion already started (by another delivery); no uninstall needed")

@@ -23,10 +23,10 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    the Roles and RoleBindings that let check-ready, store-kubeconfig, cleanup and resync read
    what they need there, and only there (``shared.steps.access``), before anything that needs them
    runs: nothing before this step reads a Secret (or anything else) in the namespace;
-5. helm's history of the release is checked (``claims.check_history``): a Secret that carries
-   the release's labels but is not a record helm wrote fails the Tenant with reason
-   ``ReleaseTampered`` (a Warning Event naming the Secret, its type and labels), and no helm
-   operation runs;
+5. helm's history of the release is read once, by the helm adapter before it runs anything
+   (``shared.adapters.release``): a Secret that carries the release's labels but is not a record
+   helm wrote fails the Tenant with reason ``ReleaseTampered`` (a Warning Event naming the
+   Secret, its type and labels), and no helm operation runs;
 6. release ``vc-{tenantName}`` is installed or upgraded with ``wait=False`` (not touched at all
    if it already has these values), its values under the plan ``spec.plan`` names
    (``shared.steps.plans``; an unknown plan fails the Tenant before step 3); a release a killed
@@ -203,9 +203,8 @@ def _install(
             ),
         )
 
-    # A tampered history (a Secret with the release's labels that helm did not write) fails the
-    # Tenant with ReleaseTampered before any helm process reads it; the guard checks again.
-    claims.check_history(kube, tenant)
+    # The adapter reads helm's history once, before any helm process: a tampered one (a Secret with
+    # the release's labels that helm did not write) fails the Tenant with ReleaseTampered.
     release = helm.install_or_upgrade(
         names.release,
         names.namespace,

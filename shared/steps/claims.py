@@ -5,9 +5,8 @@ the namespace and the kubeconfig Secret, the owner's Tenant when the labels name
 and the Tenants that ask for the same ``tenantName`` or ``cloudSpaceID`` (by the CRD's
 selectable fields, so one small list each). Each check raises the error ``refusal`` chose:
 ``OwnershipConflict`` (the Tenant is Failed, nothing touched) or ``TemporaryError`` while the
-owner is being deleted. ``check_history`` reads helm's record of the Tenant's release and raises
-``ReleaseTampered`` when a Secret there carries the release's labels but is not helm's
-(``shared.adapters.release``); the helm guard runs it too, before it judges the release's values.
+owner is being deleted. The helm guard judges the values of the release the helm adapter read
+(its one read of helm's history, which refuses a tampered one: ``shared.adapters.release``).
 
 ``claim_cloud_space`` makes "one cloudSpaceID, one vCluster" atomic. ``check_rivals`` compares
 creation times, which the API server keeps to the second, and breaks a tie by name: of two
@@ -27,7 +26,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from shared.adapters.release import RecordSource, ReleaseRecords
 from shared.errors import TemporaryError
 from shared.model.cluster import Marker, NamespaceInfo
 from shared.model.ownership import (
@@ -46,12 +44,11 @@ from shared.model.ownership import (
     secret_labels,
 )
 from shared.model.tenant import Tenant
-from shared.steps import access
 
 
-class ClaimSource(RecordSource, Protocol):
+class ClaimSource(Protocol):
     """What the ownership checks read and write through the Kubernetes adapter
-    (``shared.adapters.kube.Kube``): Tenants, namespaces, claim markers, helm's release records."""
+    (``shared.adapters.kube.Kube``): Tenants, namespaces, claim markers."""
 
     def get_tenant(self, namespace: str, name: str) -> Tenant | None: ...
     def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]: ...
@@ -166,20 +163,11 @@ def namespace_claim(kube: ClaimSource, tenant: Tenant) -> tuple[Verdict, Mapping
     return require(kube, tenant, verdict, namespace_thing(tenant), "tenantName", tenant.spec.tenant_name), labels
 
 
-def check_history(kube: ClaimSource, tenant: Tenant) -> None:
-    """Raise ``ReleaseTampered`` if helm's history of the Tenant's release holds a Secret that helm
-    did not write (one LIST of the release's Secrets; ``shared.adapters.release.history``)."""
-    names = tenant.spec.names
-    with access.granted_at_run_time(names.namespace):  # cleanup reads there through install's grant
-        ReleaseRecords(kube).release(names.release, names.namespace)
-
-
 def release_guard(kube: ClaimSource, tenant: Tenant) -> Callable[[Mapping[str, Any] | None], None]:
-    """A helm guard (``shared.adapters.helm.Guard``) that refuses a tampered history (``check_history``)
-    and a release this Tenant does not own."""
+    """A helm guard (``shared.adapters.helm.Guard``) that refuses a release this Tenant does not own;
+    the adapter has refused a tampered history before it asks."""
 
     def guard(values: Mapping[str, Any] | None) -> None:
-        check_history(kube, tenant)
         verdict = judge(release_labels(values), tenant, legacy_release_labels(tenant))
         require(kube, tenant, verdict, release_thing(tenant), "tenantName", tenant.spec.tenant_name)
 

@@ -74,6 +74,14 @@ def test_a_forged_record_makes_the_history_tampered_and_leaves_the_neighbour_alo
     assert "version=99" in labels and "sh.helm.release.v1.vc-e.v1" not in message
     assert original["data"]["release"][:40] not in message  # the record's body is never shown
     assert raised.value.reason == "ReleaseTampered"
+    # install's and cleanup's helm step read that history themselves, before any helm process
+    for step in (lambda: helm.install_or_upgrade("vc-e", ns, {"x": 1}), lambda: helm.uninstall("vc-e", ns)):
+        with pytest.raises(ReleaseTampered):
+            step()
+    assert [s["metadata"]["name"] for s in secrets_of(toolchain, kube_admin_kubeconfig, ns, "vc-e")] == [
+        "sh.helm.release.v1.vc-e.v1",
+        "vc-e-history",
+    ]
 
     # The neighbour: read as before, as helm status reports it, and not a byte changed.
     state, from_helm = records.release("vc-f", ns), helm.release("vc-f", ns)

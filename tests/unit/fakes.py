@@ -32,7 +32,7 @@ from werkzeug.test import TestResponse
 
 from shared.adapters.helm import Guard, Keep
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
-from shared.adapters.release import RECORD_TYPE, SecretMeta, SecretRecord, record_name
+from shared.adapters.release import RECORD_TYPE, SecretMeta, SecretRecord, history, record_name, record_selector
 from shared.delivery import events
 from shared.delivery.senders import Review
 from shared.errors import Conflict, NamespaceTerminating, TemporaryError, TenantGone, WorkInHand
@@ -712,6 +712,7 @@ class FakeHelm:
         keep: Keep = None,
     ) -> ReleaseState:
         _tally(self.calls, "install_or_upgrade")
+        self._read_history(name, namespace)
         current = self.releases.get((namespace, name))
         if guard is not None:
             guard(None if current is None else copy.deepcopy(current["values"]))
@@ -738,8 +739,15 @@ class FakeHelm:
         }
         return self._state(name, namespace)
 
+    def _read_history(self, name: str, namespace: str) -> None:
+        """As the adapter reads helm's record before anything else (``Helm._current``): one LIST of
+        the release's Secrets on the FakeKube, which raises ``ReleaseTampered`` on a forged one."""
+        if self.kube is not None:
+            history(name, namespace, (r.meta for r in self.kube.list_release_records(namespace, record_selector(name))))
+
     def uninstall(self, name: str, namespace: str, guard: Guard = None) -> bool:
         _tally(self.calls, "uninstall")
+        self._read_history(name, namespace)
         current = self.releases.get((namespace, name))
         if current is None:
             return False

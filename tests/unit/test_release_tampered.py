@@ -89,7 +89,7 @@ def test_install_runs_no_helm_operation_on_a_tampered_history_and_fails_the_tena
     response = deliver(install.create_app(runtime(kube, helm)), step_event(changed, event_types.INSTALL))
 
     failed_with_tampered(kube, response)
-    assert helm.calls["install_or_upgrade"] == 1, "the first install only: helm was not even asked"
+    # asked, it read the history first and refused it: no helm operation ran
     assert helm.operations == [("install", f"{NS}/{RELEASE}")]
     assert helm.releases == releases
 
@@ -104,7 +104,8 @@ def test_check_ready_fails_the_tenant_on_a_tampered_history(kube: FakeKube, helm
     )
 
     failed_with_tampered(kube, response)
-    assert kube.calls["list_secret_records"] == 3  # install: its check and its guard; then check-ready
+    assert kube.calls["list_secret_records"] == 1  # check-ready's; install's helm read the records' bodies once
+    assert kube.calls["list_release_records"] == 1
     assert helm.calls["release"] == 0 and helm.operations == [("install", f"{NS}/{RELEASE}")]
 
 
@@ -121,7 +122,7 @@ def test_cleanup_skips_helm_uninstall_on_a_tampered_history_and_still_deletes_th
     with pytest.raises(NotReadyYet, match=f"waiting for namespace {NS} to be deleted"):
         cleanup.handle(kube, helm, api, SETTINGS, step_event(gone, event_types.CLEANUP), ref_of(gone))
 
-    assert helm.calls["uninstall"] == 0
+    assert [op for op, _ in helm.operations] == ["install"]  # asked, helm refused the history: nothing uninstalled
     assert kube.namespaces[NS]["terminating"]
     warning = kube.event("ReleaseTampered")
     assert warning["type"] == "Warning"
@@ -139,23 +140,26 @@ def test_cleanup_skips_helm_uninstall_on_a_tampered_history_and_still_deletes_th
     assert [u.status for u in api.reports] == ["deleted"]
 
 
-def test_the_helm_guard_refuses_a_history_tampered_with_after_the_check(kube: FakeKube, helm: FakeHelm) -> None:
-    """install and cleanup check before they call helm; the guard, which helm calls under the
-    release lock before it changes anything, checks again: a forgery made in between is caught."""
+def test_the_helm_step_reads_the_history_itself_so_a_forgery_made_before_it_is_caught(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """install and cleanup read helm's history only through the helm step (the adapter's one read,
+    under the release lock, before it changes anything); the guard judges the values that read
+    found. A forgery made at any time before that read is refused by it."""
     provisioned(kube, helm)
     tenant = kube.get_tenant(TENANT_NAMESPACE, "bob-dev")
     assert tenant is not None
     guard = claims.release_guard(kube, tenant)
     values = helm.values_of(RELEASE, NS)
-    guard(values)  # the history as helm wrote it, and the release is this Tenant's
+    guard(values)  # the release is this Tenant's
     assert release_labels(values)
 
     forge(kube)
     with pytest.raises(ReleaseTampered, match=f"Secret {FORGED} "):
-        guard(values)
+        helm.install_or_upgrade(RELEASE, NS, values | {"x": 1}, guard=guard)
     with pytest.raises(ReleaseTampered):
         helm.uninstall(RELEASE, NS, guard=guard)
-    assert (NS, RELEASE) in helm.releases and helm.calls["uninstall"] == 1 and helm.operations[-1][0] == "install"
+    assert (NS, RELEASE) in helm.releases and [op for op, _ in helm.operations] == ["install"]
 
 
 def test_a_plain_secret_labelled_as_the_release_is_tampering_too(kube: FakeKube, helm: FakeHelm) -> None:
