@@ -70,7 +70,7 @@ from shared.delivery.http import Step, function_app
 from shared.errors import NamespaceTerminating, PermanentError
 from shared.model import event_types, lifecycle, rollout, service_range
 from shared.model.isolation import policy_objects
-from shared.model.ownership import Claim, namespace_labels
+from shared.model.ownership import Claim, Verdict, namespace_labels
 from shared.model.rollout import Target
 from shared.model.tenant import (
     COND_READY,
@@ -159,8 +159,12 @@ def _install(
     claims.claim_cloud_space(kube, tenant)
     names = tenant.spec.names
     pod_security = settings.isolation.pod_security_labels()
-    namespace, labels = claims.namespace_claim(kube, tenant)
-    created = False
+    # A Tenant that never had a namespace recorded creates it without reading first (one request
+    # less per new Tenant); a 409 is judged as any namespace found. Any other reads first.
+    created = not tenant.status.namespace and kube.create_namespace(
+        names.namespace, namespace_labels(tenant) | pod_security
+    )
+    namespace, labels = (Verdict(Claim.OURS), None) if created else claims.namespace_claim(kube, tenant)
     if namespace.claim == Claim.FREE:
         if created := kube.create_namespace(names.namespace, namespace_labels(tenant) | pod_security):
             labels = None

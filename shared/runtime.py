@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.adapters.kube import Kube
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate, KubeoperaApi
-from shared.adapters.release import ReleaseRecords, Releases
+from shared.adapters.release import RecordSource, ReleaseRecords, Releases
 from shared.adapters.vcluster_api import VClusterApi, VClusterProbe
 from shared.delivery.senders import Review, SenderCheck, SenderPolicy
 from shared.delivery.sink import Sink
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # imported by helm_client: a function that never asks for hel
     from shared.adapters.helm import Guard, Keep
 
 
-class Cluster(AccessApi, ClaimSource, Leases, RolloutKube, RotationKube, TenantStore, Protocol):
+class Cluster(AccessApi, ClaimSource, Leases, RecordSource, RolloutKube, RotationKube, TenantStore, Protocol):
     """Every call a function makes through the Kubernetes adapter (``shared.adapters.kube.Kube``):
     what the steps' building blocks need (their own protocols), and the functions' own calls. The
     unit tests' ``FakeKube`` is checked against it (mypy over ``tests/unit/fakes.py``)."""

@@ -253,6 +253,18 @@ def test_a_new_tenants_namespace_is_granted_without_a_read(kube: FakeKube, helm:
     assert kube.calls["allowed"] == 1, "in force asked once, after install's own binding was made"
 
 
+def test_a_new_tenants_namespace_is_created_without_a_read_and_a_known_one_is_read_first(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """A Tenant with no namespace recorded creates it at once (a 409 would be read and judged, as
+    another Tenant's is below); one that has a namespace recorded (an upgrade) reads it first."""
+    provision(kube, helm)
+    assert (kube.calls["get_namespace"], kube.calls["create_namespace"]) == (0, 1)
+    changed = kube.edit_spec(TENANT_NAMESPACE, "bob-dev", quota={"cpu": "3"})
+    assert install.handle(kube, helm, SETTINGS, ref_of(changed)) is not None
+    assert (kube.calls["get_namespace"], kube.calls["create_namespace"]) == (1, 1)
+
+
 def test_a_grant_made_by_another_delivery_in_a_new_namespace_is_read_and_kept(helm: FakeHelm) -> None:
     kube = RacingKube()
     helm.kube = kube
