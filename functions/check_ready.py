@@ -121,8 +121,12 @@ class Seen:
     rolled_out: bool  # its control plane is up: what is left comes within seconds (the Secret, the API)
 
 
-def _see(kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str) -> Seen:
-    rollout = kube.get_rollout(names.namespace, names.release) if release_status == DEPLOYED else None
+def _see(
+    kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str, rollout: Rollout | None = None
+) -> Seen:
+    """``rollout``: the StatefulSet as the caller has just read it (None: read it here)."""
+    if rollout is None and release_status == DEPLOYED:
+        rollout = kube.get_rollout(names.namespace, names.release)
     config = _exported(kube, names) if rollout is not None and rollout.done else None
     api_missing = vcluster.missing(config) if config is not None else None
     return Seen(
@@ -270,11 +274,17 @@ def look(
         return None
     if tenant.status.phase != Phase.PROVISIONING:
         return None
+    # The StatefulSet first: a control plane not rolled out yet is the poll's to wait for, and
+    # helm's record need not be read for it (one LIST of Secrets less per such look).
+    rollout = kube.get_rollout(names.namespace, names.release)
+    if rollout is None or not rollout.done:
+        log.info("the vCluster's control plane is not rolled out; the poll waits on")
+        return None
     with access.granted_at_run_time(names.namespace):
         release = releases.release(names.release, names.namespace)
     if release is None or release.status != DEPLOYED:
         return None
-    seen = _see(kube, vcluster, names, release.status)
+    seen = _see(kube, vcluster, names, release.status, rollout)
     moment = now or utcnow()
     if seen.waiting is None:
         # The rest of the chain goes on in the provisioning's trace (install's, kept on the

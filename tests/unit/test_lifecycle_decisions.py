@@ -1251,6 +1251,7 @@ def test_a_look_before_the_control_plane_is_up_leaves_the_wait_to_the_poll_and_w
     del kube.rollouts[(BOB_NS, BOB_RELEASE)]
     assert run_look(kube, helm, obj) is None
     assert kube.journal == [], "the poll writes the heartbeat and the waits, not a look"
+    assert kube.calls["list_secret_records"] == 0, "helm's record is not read for a control plane not up"
 
 
 def test_a_look_after_the_rollout_asks_again_each_second_for_one_poll_interval(kube: FakeKube, helm: FakeHelm) -> None:
