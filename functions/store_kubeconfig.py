@@ -4,8 +4,9 @@ Takes ``io.kubeopera.tenant.ready``. Reads key ``config`` of Secret ``vc-{releas
 vCluster namespace and creates or updates Secret ``tenant-{cloudSpaceID}-kubeconfig`` in the
 Tenant namespace (key ``kubeconfig``; with ``VCLUSTER_EXTERNAL_SERVER`` also key
 ``kubeconfig-external``, the same credentials at the external address; labels ``kubeopera.io/tenant-id``,
-``kubeopera.io/managed-by=tenant-controller`` and the owner labels); an identical Secret is left
-untouched. Replies ``io.kubeopera.tenant.kubeconfig.stored`` with the Secret's name, never its
+``kubeopera.io/managed-by=tenant-controller`` and the owner labels): created at once, and only
+when one is there already (409) read, judged and replaced if it differs; an identical Secret is
+left untouched. Replies ``io.kubeopera.tenant.kubeconfig.stored`` with the Secret's name, never its
 content.
 
 Ownership, both ways (design.md section 1): the kubeconfig is copied only from a namespace that
@@ -24,7 +25,7 @@ from flask import Flask
 from shared.adapters.vcluster_api import UnusableKubeconfig, with_server
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
-from shared.errors import TemporaryError
+from shared.errors import Conflict, TemporaryError
 from shared.model import event_types, lifecycle
 from shared.model.naming import KUBECONFIG_EXTERNAL_KEY, KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
 from shared.model.ownership import judge, legacy_secret_labels, secret_labels
@@ -54,9 +55,6 @@ def handle(kube: Cluster, settings: Settings, ref: TenantRef) -> BaseCloudEvent 
     if config is None:
         raise TemporaryError(f"Secret {names.namespace}/{names.vcluster_secret} has no key {VCLUSTER_CONFIG_KEY!r}")
     namespace = settings.tenant_namespace
-    current = kube.get_secret(namespace, names.kubeconfig_secret)
-    verdict = judge(None if current is None else current.labels, tenant, legacy_secret_labels(tenant))
-    claims.require(kube, tenant, verdict, claims.secret_thing(tenant, namespace), "cloudSpaceID", names.cloud_space_id)
     labels = secret_labels(tenant)
     data = {KUBECONFIG_KEY: config}
     if external := names.external_server(settings.external_server):
@@ -64,14 +62,25 @@ def handle(kube: Cluster, settings: Settings, ref: TenantRef) -> BaseCloudEvent 
             data[KUBECONFIG_EXTERNAL_KEY] = with_server(config, external)
         except UnusableKubeconfig as err:
             raise TemporaryError(f"Secret {names.namespace}/{names.vcluster_secret}: {err}") from err
-    unchanged = (
-        current is not None and current.data == data and all(current.labels.get(k) == v for k, v in labels.items())
-    )
-    if not unchanged:
-        kube.write_secret(
-            namespace, names.kubeconfig_secret, data, labels, None if current is None else current.resource_version
+    # Created without a read first: there is none yet for a Tenant provisioned for the first time
+    # (one request less). One there already (409: a re-store, or someone else's) is read, judged
+    # as ours or refused, and replaced only when it differs.
+    try:
+        kube.write_secret(namespace, names.kubeconfig_secret, data, labels, None)
+        changed = True
+    except Conflict:
+        current = kube.get_secret(namespace, names.kubeconfig_secret)
+        verdict = judge(None if current is None else current.labels, tenant, legacy_secret_labels(tenant))
+        thing = claims.secret_thing(tenant, namespace)
+        claims.require(kube, tenant, verdict, thing, "cloudSpaceID", names.cloud_space_id)
+        changed = not (
+            current is not None and current.data == data and all(current.labels.get(k) == v for k, v in labels.items())
         )
-    log.info("kubeconfig stored", extra={"secret": names.kubeconfig_secret, "changed": not unchanged})
+        if changed:
+            kube.write_secret(
+                namespace, names.kubeconfig_secret, data, labels, None if current is None else current.resource_version
+            )
+    log.info("kubeconfig stored", extra={"secret": names.kubeconfig_secret, "changed": changed})
     return events.make(event_types.KUBECONFIG_STORED, NAME, tenant.ref, kubeconfigSecret=names.kubeconfig_secret)
 
 

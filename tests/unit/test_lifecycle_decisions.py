@@ -586,6 +586,7 @@ def test_store_copies_the_kubeconfig_with_owner_labels_and_replies_only_its_name
     assert reply is not None and reply.get_type() == event_types.KUBECONFIG_STORED
     assert reply.get_data() == events.ref_data(ref_of(obj)) | {"kubeconfigSecret": BOB_SECRET}
     assert "s3cret" not in json.dumps(reply.get_data())
+    assert kube.calls["get_secret"] == 0, "created without a read: there was none"
 
 
 def test_store_adds_the_kubeconfig_at_the_external_address_when_one_is_set(kube: FakeKube, helm: FakeHelm) -> None:
@@ -669,7 +670,7 @@ def test_store_refuses_a_secret_of_another_tenant_without_changing_a_byte(kube: 
 
     assert str(caught.value) == f'cloudSpaceID "{CS_BOB}" is already used by Tenant {TENANT_NAMESPACE}/alice'
     assert kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)] == before
-    assert kube.calls["write_secret"] == 0
+    assert kube.calls["write_secret"] == 1, "the create, refused (409): nothing written over alice's"
 
 
 def test_store_adopts_the_previous_versions_secret_once(kube: FakeKube, helm: FakeHelm) -> None:
