@@ -30,7 +30,7 @@ RBAC lets install bind them because it has ``bind`` on these names alone. A Role
 matter: RBAC's escalation check lets install make (or change) one, or bind one, only when it
 holds every rule the Role grants in that namespace, which it does through its own binding there
 once that is in force: a RoleBinding counts once the API server's RBAC cache has it. So before it
-writes a Role or a binding after its own, install waits (briefly) until the API server says it
+writes a Role or a binding to one, install waits (briefly) until the API server says it
 holds its rights there (a SelfSubjectAccessReview, ``Kube.allowed``); not in force within
 ``IN_FORCE_SECONDS`` is temporary.
 
@@ -203,19 +203,22 @@ def _remember(tenant: Tenant) -> None:
 
 def grant(kube: AccessApi, tenant: Tenant, service_namespace: str, *, fresh: bool = False) -> int:
     """Make the namespace's Roles and RoleBindings what ``namespace_grants`` says (the namespace
-    must be this Tenant's: the caller has judged it). install's own binding comes first; every
-    write after it waits for that binding to be in force (``await_in_force``, asked at most once).
+    must be this Tenant's: the caller has judged it). install's own binding comes first, then the
+    bindings to the other ClusterRoles it may bind; every Role and binding to a Role waits for
+    install's own binding to be in force (``await_in_force``, asked at most once).
     ``fresh``: the caller has just created the namespace, so each is created without reading it
     first. Returns how many writes it took."""
     namespace = tenant.spec.names.namespace
     wanted = namespace_grants(tenant, service_namespace)
     own, *others = wanted.bindings
     in_force = functools.cache(lambda: await_in_force(kube, namespace))
-    writes = _ensure_binding(kube, own, lambda: None, fresh)
-    if writes:
-        in_force()
+    # The bindings to the ClusterRoles install may ``bind`` by name need nothing of its rights in
+    # the namespace: they go first, and give its own binding time to reach the RBAC cache before
+    # the Roles (which go through the escalation check) ask whether it is in force.
+    by_name = [b for b in others if b.role_ref.kind == "ClusterRole"]
+    writes = sum(_ensure_binding(kube, binding, lambda: None, fresh) for binding in (own, *by_name))
     writes += sum(_ensure_role(kube, role, in_force, fresh) for role in wanted.roles)
-    writes += sum(_ensure_binding(kube, binding, in_force, fresh) for binding in others)
+    writes += sum(_ensure_binding(kube, binding, in_force, fresh) for binding in others if binding not in by_name)
     if writes:
         log.info("functions' access granted in the namespace", extra={"namespace": namespace})
     _remember(tenant)

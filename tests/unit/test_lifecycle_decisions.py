@@ -91,10 +91,10 @@ BOB_CLAIM = f"{TENANT_NAMESPACE}/cloudspace-{CS_BOB}"  # the Lease that holds bo
 # What install writes in bob-dev's namespace for itself and the other functions (shared.steps.access), in order.
 GRANTS = [
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-install"),
-    ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
-    ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-resync"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-check-ready"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-cleanup"),
+    ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
+    ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-resync"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-resync"),
 ]

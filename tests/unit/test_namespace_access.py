@@ -34,8 +34,11 @@ CONFIG = b"apiVersion: v1\nkind: Config\n"
 STORE = "kubeopera-tenants:tenant-store-kubeconfig"
 RESYNC = "kubeopera-tenants:tenant-resync"
 INSTALL = "kubeopera-tenants:tenant-install"
-# What install writes in a new Tenant's namespace, in order: its own binding, the Roles, the others.
-FRESH = ["rolebinding create"] + ["role create"] * 2 + ["rolebinding create"] * 4
+CHECK = "kubeopera-tenants:tenant-check-ready"
+CLEANUP = "kubeopera-tenants:tenant-cleanup"
+# What install writes in a new Tenant's namespace, in order: its own binding and the two others to
+# ClusterRoles it may bind by name, the Roles, their bindings.
+FRESH = ["rolebinding create"] * 3 + ["role create"] * 2 + ["rolebinding create"] * 2
 
 
 def live(kube: FakeKube, name: str = "bob-dev") -> Tenant:
@@ -150,8 +153,9 @@ def test_install_waits_for_its_own_binding_to_be_in_force_before_it_makes_a_role
     assert kube.asked == [f"get secrets in {BOB_NS}"] * 3, "asked until in force, then not again"
     order = [what for what, _ in kube.journal]
     start = order.index("namespace create") + 1
-    assert order[start : start + 4] == ["rolebinding create", "asked", "asked", "asked"]
-    assert order[start + 4] == "role create"
+    # the bindings to ClusterRoles install may bind by name first, then the Roles once in force
+    assert order[start : start + 6] == ["rolebinding create"] * 3 + ["asked"] * 3
+    assert order[start + 6] == "role create"
 
 
 def test_install_binding_never_in_force_is_temporary_and_makes_no_role(
@@ -172,7 +176,8 @@ def test_install_binding_never_in_force_is_temporary_and_makes_no_role(
         install.handle(kube, helm, SETTINGS, ref_of(obj))
 
     assert raised.value.retry_after == access.ACCESS_RETRY_SECONDS
-    assert kube.roles == {} and list(kube.role_bindings) == [(BOB_NS, INSTALL)]
+    assert kube.roles == {}
+    assert list(kube.role_bindings) == [(BOB_NS, INSTALL), (BOB_NS, CHECK), (BOB_NS, CLEANUP)], "no Role's binding"
     assert helm.operations == []
 
 
@@ -224,10 +229,10 @@ def test_a_changed_grant_is_put_back_with_one_write_each(kube: FakeKube, helm: F
     assert access.grant(kube, tenant, TENANT_NAMESPACE) == 4
 
     assert grant_writes(kube, mark) == [
-        ("role patch", f"{BOB_NS}/{STORE}"),
         ("rolebinding patch", f"{BOB_NS}/{check.name}"),
         ("rolebinding delete", f"{BOB_NS}/{cleanup.name}"),  # a roleRef cannot change: made again
         ("rolebinding create", f"{BOB_NS}/{cleanup.name}"),
+        ("role patch", f"{BOB_NS}/{STORE}"),
     ]
     wanted = access.namespace_grants(tenant, TENANT_NAMESPACE)
     assert tuple(kube.roles.values()) == wanted.roles
