@@ -10,7 +10,10 @@ up but cannot be used through the kubeconfig can stay so (one booted with the wr
 does for ever), so that wait, unlike the boot's normal course, is written on the Tenant: its
 message and its ``Ready`` condition (reason ``VClusterNotServing``), when it changes. Not yet: 503 with
 ``Retry-After: READY_POLL_SECONDS``, so the broker asks again after that long (design.md
-section 4). Replies ``io.kubeopera.tenant.ready``. Every ``lifecycle.HEARTBEAT_POLLS`` polls it
+section 4). The StatefulSet is read first: while a control plane that exists is still rolling
+out, helm's record is not read (one LIST of Secrets less per such poll); a failed release is
+then seen once it has rolled out or when there is none (install fails a Tenant whose helm failed;
+this is the backstop, with the provision timeout). Replies ``io.kubeopera.tenant.ready``. Every ``lifecycle.HEARTBEAT_POLLS`` polls it
 writes ``lastPolledAt`` on the Tenant (in the same write as the message, if both), so that resync
 leaves a live poll alone and re-drives only a lost one.
 
@@ -122,11 +125,9 @@ class Seen:
 
 
 def _see(
-    kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str, rollout: Rollout | None = None
+    kube: Cluster, vcluster: VClusterProbe, names: TenantNames, release_status: str, rollout: Rollout | None
 ) -> Seen:
-    """``rollout``: the StatefulSet as the caller has just read it (None: read it here)."""
-    if rollout is None and release_status == DEPLOYED:
-        rollout = kube.get_rollout(names.namespace, names.release)
+    """``rollout``: the StatefulSet as the caller has just read it (None: there is none)."""
     config = _exported(kube, names) if rollout is not None and rollout.done else None
     api_missing = vcluster.missing(config) if config is not None else None
     return Seen(
@@ -214,25 +215,40 @@ def handle(
         log.info("tenant is not Provisioning; nothing to check", extra={"phase": str(tenant.status.phase)})
         return None
     names = tenant.spec.names
+    moment = now or utcnow()
+    # The StatefulSet first: while a control plane that exists is still rolling out, that is what
+    # the poll waits for, and helm's record (one LIST of Secrets) is read only once it is done or
+    # when there is none (the release failed, or is not there yet).
+    rollout = kube.get_rollout(names.namespace, names.release)
+    if rollout is not None and not rollout.done:
+        seen = Seen(waiting_for(DEPLOYED, rollout, False, names), None, False)
+        return _poll_on(kube, tenant, seen, settings, moment, event)
     with access.granted_at_run_time(names.namespace):
         release = releases.release(names.release, names.namespace)
     if release is None:
         raise TemporaryError(f"helm release {names.namespace}/{names.release} does not exist (yet)", retry_after=5)
     if release.status == FAILED:
         raise PermanentError(f"helm release {names.release} revision {release.revision} failed")
-    seen = _see(kube, vcluster, names, release.status)
-    moment = now or utcnow()
+    seen = _see(kube, vcluster, names, release.status, rollout)
     if seen.waiting is None:
         return _ready(kube, tenant, release.revision, moment, settings.ready_poll_seconds)
-    verdict = poll_verdict(tenant, seen.waiting, settings, moment, event.get_time())
+    return _poll_on(kube, tenant, seen, settings, moment, event)
+
+
+def _poll_on(
+    kube: Cluster, tenant: Tenant, seen: Seen, settings: Settings, moment: datetime, event: BaseCloudEvent
+) -> BaseCloudEvent | None:
+    """Not ready: give up, renew the event, or ask again after the poll interval (``poll_verdict``)."""
+    waiting = seen.waiting or "the vCluster"
+    verdict = poll_verdict(tenant, waiting, settings, moment, event.get_time())
     if isinstance(verdict, TenantError):
         raise verdict
     _tell_polling(kube, tenant, seen.api_missing, moment, settings.ready_poll_seconds)
     if verdict == Poll.RENEW:
-        log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": seen.waiting})
+        log.info("renewing the poll event, so the broker's retry budget never ends it", extra={"waiting": waiting})
         return events.make(event_types.PROVISIONING, NAME, tenant.ref)
     metrics.READY_POLLS.inc()
-    raise NotReadyYet(seen.waiting, retry_after=settings.ready_poll_seconds)
+    raise NotReadyYet(waiting, retry_after=settings.ready_poll_seconds)
 
 
 # A look after the control plane rolled out asks again this often, for what vcluster does after its

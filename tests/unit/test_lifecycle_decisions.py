@@ -1158,6 +1158,15 @@ def test_check_ready_does_not_ask_the_api_before_the_kubeconfig_exists(kube: Fak
 def test_check_ready_missing_release_is_temporary_and_failed_release_permanent(kube: FakeKube, helm: FakeHelm) -> None:
     obj = provision(kube, helm)
     helm.releases[(BOB_NS, BOB_RELEASE)]["status"] = "failed"
+    # a control plane still rolling out is waited on without reading helm's record (install
+    # fails the Tenant whose helm failed; this is the backstop, and the provision timeout's)
+    with pytest.raises(NotReadyYet, match="to roll out generation 1"):
+        run_check(kube, helm, obj)
+    assert kube.calls["list_secret_records"] == 0
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)  # rolled out
+    with pytest.raises(PermanentError, match="revision 1 failed"):
+        run_check(kube, helm, obj)
+    del kube.rollouts[(BOB_NS, BOB_RELEASE)]  # or none at all
     with pytest.raises(PermanentError, match="revision 1 failed"):
         run_check(kube, helm, obj)
     del helm.releases[(BOB_NS, BOB_RELEASE)]
