@@ -13,9 +13,9 @@ message and its ``Ready`` condition (reason ``VClusterNotServing``), when it cha
 section 4). The StatefulSet is read first: while a control plane that exists is still rolling
 out, helm's record is not read (one LIST of Secrets less per such poll); a failed release is
 then seen once it has rolled out or when there is none (install fails a Tenant whose helm failed;
-this is the backstop, with the provision timeout). Replies ``io.kubeopera.tenant.ready``. Every ``lifecycle.HEARTBEAT_POLLS`` polls it
-writes ``lastPolledAt`` on the Tenant (in the same write as the message, if both), so that resync
-leaves a live poll alone and re-drives only a lost one.
+this is the backstop, with the provision timeout). Replies ``io.kubeopera.tenant.ready``. Every
+``lifecycle.HEARTBEAT_POLLS`` polls it writes ``lastPolledAt`` on the Tenant (in the same write
+as the message, if both), so that resync leaves a live poll alone and re-drives only a lost one.
 
 When to give up is this function's decision alone, never the broker's (``poll_verdict``):
 
