@@ -2,8 +2,8 @@
 memory per function pod.
 
 ``python -m bench.cluster --rounds 3`` (as root: the cluster tier's node) starts the cluster tier,
-then for each function, ``rounds`` times: waits until Knative has scaled it to zero, times one
-``GET /healthz`` through Traefik and Knative's activator until the answer (the cold start), and
+then ``rounds`` times: waits until Knative has scaled every function to zero, and for each in
+turn times one ``GET /healthz`` through Traefik and Knative's activator until the answer (the cold start), and
 reads the resident memory of the function container's processes (gunicorn's arbiter and worker)
 and of the pod's queue-proxy from ``/proc`` inside the pod. It prints the time to start the tier
 and one row per function. No test asserts these numbers.
@@ -67,22 +67,25 @@ def main() -> None:
     started = time.monotonic()
     with start_cluster(ClusterOptions()) as cluster:
         up = time.monotonic() - started
-        rows = []
-        for service in cluster.functions:
-            starts, memory = [], []
-            for _ in range(args.rounds):
+        starts: dict[str, list[float]] = {service: [] for service in cluster.functions}
+        memory: dict[str, list[int]] = {service: [] for service in cluster.functions}
+        for _ in range(args.rounds):
+            # every function at zero, then each woken in turn (the others stay at zero until their
+            # turn): one scale-to-zero wait per round instead of one per function
+            for service in cluster.functions:
                 _at_zero(cluster, service)
+            for service in cluster.functions:
                 status, seconds = cold_start(cluster.ingress_url, f"{service}.{NAMESPACE}.svc.cluster.local")
                 if status != 200:
                     raise RuntimeError(f"{service} answered {status}")
-                starts.append(seconds)
-                memory.append(_memory(cluster, service))
-            rows.append((service, starts, memory))
+                starts[service].append(seconds)
+                memory[service].append(_memory(cluster, service))
+        rows = [(service, starts[service], memory[service]) for service in cluster.functions]
     print(f"\ncluster tier up (images built or cached, node, Knative, the functions Ready): {up:.0f} s\n")
     print(f"{'function':26} {'cold start median (s)':>22} {'min-max (s)':>14} {'function container RSS (MiB)':>30}")
-    for service, starts, memory in rows:
-        spread = f"{min(starts):.2f}-{max(starts):.2f}"
-        print(f"{service:26} {statistics.median(starts):22.2f} {spread:>14} {statistics.median(memory):30.0f}")
+    for service, took, rss in rows:
+        spread = f"{min(took):.2f}-{max(took):.2f}"
+        print(f"{service:26} {statistics.median(took):22.2f} {spread:>14} {statistics.median(rss):30.0f}")
 
 
 if __name__ == "__main__":
