@@ -75,6 +75,7 @@ def main() -> None:
             for service in cluster.functions:
                 _at_zero(cluster, service)
             for service in cluster.functions:
+                _at_zero(cluster, service)  # still: an event (resync's tick) may have woken it meanwhile
                 status, seconds = cold_start(cluster.ingress_url, f"{service}.{NAMESPACE}.svc.cluster.local")
                 if status != 200:
                     raise RuntimeError(f"{service} answered {status}")
