@@ -28,8 +28,7 @@ Failed (waiting for a person), or Ready with no drift     nothing
 ========================================================  =========================================
 
 The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
-it reads the StatefulSet and the stored kubeconfig of each Ready Tenant (and vcluster's Secret
-when its API did not answer with that kubeconfig, ``observe``), ``OBSERVERS`` Tenants at a
+it reads the StatefulSet and the two Secrets of each Ready Tenant, ``OBSERVERS`` Tenants at a
 time (a pass is bound by the API server's latency, not by CPU: ``bench resync``), and lists the
 chart's namespace policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.model.isolation``)
 across the fleet in three calls. resync reads in a Tenant's namespace only what install grants it
@@ -205,35 +204,26 @@ def observe(
     policies: set[tuple[str, PolicyObject]],
     vcluster: VClusterProbe | None = None,
 ) -> Drift:
-    """The Tenant's vCluster as it is: its StatefulSet and the stored kubeconfig, ``policies``
-    (every namespace's, listed once a pass) for what the chart rendered in its namespace, and,
-    with ``vcluster``, its API asked through the stored kubeconfig when a control-plane pod is
-    ready (one TLS connection; None: not asked, availability then follows the pod alone).
-    vcluster's own Secret is read to compare only when the API did not answer with the stored
-    credentials (or was not asked): two reads per Ready Tenant that works, three otherwise."""
+    """The Tenant's vCluster as it is: three reads, ``policies`` (every namespace's, listed once a
+    pass) for what the chart rendered in its namespace, and, with ``vcluster``, its API asked
+    through the stored kubeconfig when a control-plane pod is ready (one TLS connection; None:
+    not asked, availability then follows the pod alone)."""
     names = tenant.spec.names
     try:  # through the Role install makes in the namespace (shared.steps.access)
         rollout = kube.get_rollout(names.namespace, names.release)
+        written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     except Forbidden as err:
-        return _refused(tenant, err)
+        refused = {"tenant": tenant.key, "error": str(err)}
+        log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
+        return Drift(release_present=True, kubeconfig_current=True, granted=False)
     stored = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
-    config = stored.data.get(KUBECONFIG_KEY) if stored is not None else None
-    api_missing, answered = None, False
-    if vcluster is not None and config is not None and rollout is not None and rollout.ready_replicas > 0:
-        api_missing = vcluster.missing(config)
-        answered = api_missing is None
-    if answered:
-        # The vCluster answered with the stored credentials: they are the ones that work now, and
-        # vcluster's own Secret need not be read to compare (one request less per Ready Tenant).
-        written: bytes | None = config
-    else:
-        try:
-            written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
-        except Forbidden as err:
-            return _refused(tenant, err)
-    current = stored is not None and (written is None or config == written)
+    current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in policies)
     expires = certificates.client_certificate_expiry(written) if written is not None else None
+    config = stored.data.get(KUBECONFIG_KEY) if stored is not None else None
+    api_missing = None
+    if vcluster is not None and config is not None and rollout is not None and rollout.ready_replicas > 0:
+        api_missing = vcluster.missing(config)
     return Drift(
         release_present=rollout is not None,
         kubeconfig_current=current,
@@ -242,12 +232,6 @@ def observe(
         rollout=rollout,
         api_missing=api_missing,
     )
-
-
-def _refused(tenant: Tenant, err: Forbidden) -> Drift:
-    refused = {"tenant": tenant.key, "error": str(err)}
-    log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
-    return Drift(release_present=True, kubeconfig_current=True, granted=False)
 
 
 def resync(

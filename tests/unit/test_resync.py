@@ -1106,24 +1106,19 @@ def test_an_api_that_stops_answering_through_the_stored_kubeconfig_makes_it_unav
     assert availability_of(kube) == ("True", "ControlPlaneReady")
 
 
-def test_vclusters_secret_is_read_only_when_the_api_did_not_answer_through_the_stored_kubeconfig(
+def test_a_stored_kubeconfig_that_still_works_but_is_not_vclusters_is_stored_again(
     kube: FakeKube, helm: FakeHelm, sink: FakeSink
 ) -> None:
-    """A Ready Tenant whose vCluster answers with the stored credentials costs two reads (its
-    StatefulSet, the stored kubeconfig); one that does not answer, three: vcluster's own Secret
-    tells a stale copy (re-stored) from a vCluster that is down (unavailable)."""
+    """vcluster re-issued its kubeconfig and the stored copy still answers (a new client
+    certificate under the same CA): the copy is stale all the same, and is stored again. So
+    resync reads vcluster's Secret on every pass, even when the API answers with the stored one
+    (a try to skip that read, 2026-12-04, hid this: the e2e test_no_secret_leaks caught it)."""
     ready(kube, helm)
-    api = FakeVClusterApi()
-    kube.calls.clear()
-    assert resync(kube, sink, SETTINGS, vcluster=api) == {}
-    assert (kube.calls["get_rollout"], kube.calls["get_secret"], kube.calls["read_secret_key"]) == (1, 1, 0)
-
-    # vcluster re-issued its kubeconfig: the stored copy no longer answers, and is stored again
+    api = FakeVClusterApi()  # answers with any kubeconfig
     kube.secrets[(BOB_NS, BOB_VC_SECRET)]["data"][VCLUSTER_CONFIG_KEY] = b"apiVersion: v1\nkind: Config\n# new\n"
-    api.missing_now = "/api/v1/namespaces/default/services/kubernetes: 401 Unauthorized"
     kube.calls.clear()
-    assert resync(kube, sink, SETTINGS, vcluster=api) == {"STORE": 1, "AVAILABILITY": 1}
-    assert kube.calls["read_secret_key"] == 1
+    assert resync(kube, sink, SETTINGS, vcluster=api) == {"STORE": 1}
+    assert kube.calls["read_secret_key"] == 1 and len(api.asked) == 1
     assert [e.get_type() for e in sink.sent] == [event_types.READY]
 
 
