@@ -144,17 +144,15 @@ def test_helm_kubernetes_and_callback_spans_hang_under_their_delivery(pia_trace:
     assert helm.attributes["helm.outcome"] == "installed" and helm.attributes["helm.release"] == "vc-pia"
     (callback,) = [s for s in _children(pia_trace, notify) if s.name.startswith("PATCH /api/v1/cloudspaces")]
     assert callback.attributes["kubeopera.callback_delivered"] is True
-    listed = 0
     for check in _deliveries(pia_trace, "tenant-check-ready"):
         if check.outcome == "success 204":
             continue  # the poll after check-ready's look made pia Ready: it reads her, and stops
         names = {s.name for s in _children(pia_trace, check)}
-        # the StatefulSet first; helm's release record, read from the API (shared.adapters.release)
-        # once the control plane has rolled out: no helm process per poll
+        # the StatefulSet first; helm's release record is read from the API (shared.adapters.release)
+        # only once the control plane has rolled out (the look that finds it up is in the trace of
+        # the StatefulSet's change): no helm process per poll
         assert "k8s get statefulset" in names
-        listed += "k8s list secrets" in names
         assert not any(name.startswith("helm") for name in names)
-    assert listed >= 1, "the check that found the vCluster up read helm's record"
 
 
 def test_the_callback_carries_the_trace_on(pipeline: Stack, pia_trace: list[TraceSpan]) -> None:
