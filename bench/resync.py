@@ -6,16 +6,17 @@ ApiServerSource's adapter (so what follows starts no install). It then creates N
 directly, as copies of that one renamed: the Tenant with its finalizer and its Ready status, its
 host namespace with the Roles and RoleBindings install grants there (resync reads through them),
 the vCluster StatefulSet with the template's status (without the label the vCluster stand-in
-watches, which would poll each one for a helm record it will never find), the chart's ResourceQuota, LimitRange and
-NetworkPolicies, and the stored kubeconfig Secret (no helm release, no vCluster: what resync
-reads is there). It posts the PingSource's tick straight to the resync function (with the
-broker's token; it answers when its pass is done) ``passes`` times and counts, from the API
-server's audit log, what tenant-resync asked for during each pass; a pass that re-drives
-anything (the broker delivers something after it) or writes anything stops the bench: the copies
-were not settled. A settled pass writes nothing and runs no helm. Each copy's StatefulSet status
-is the template's (its pod ready), so resync asks each one's vCluster API through the stored
-kubeconfig (the template's vCluster answers for all): those requests go to the vCluster stand-in,
-not the API server, and are not in the audit log's count.
+watches, which would poll each one for a helm record it will never find), the chart's
+ResourceQuota, LimitRange and NetworkPolicies, vcluster's Secret with the kubeconfig it exported,
+and the stored kubeconfig Secret (no helm release, no vCluster: what resync reads is there). It
+posts the PingSource's tick straight to the resync function (with the broker's token; it answers
+when its pass is done) ``passes`` times and counts, from the API server's audit log, what
+tenant-resync asked for during each pass; a pass that re-drives anything (the broker delivers
+something after it) or writes anything stops the bench: the copies were not settled. A settled
+pass writes nothing and runs no helm. Each copy's StatefulSet status is the template's (its pod
+ready), so resync asks each one's vCluster API through the stored kubeconfig (the template's
+vCluster answers for all): those requests go to the vCluster stand-in, not the API server, and
+are not in the audit log's count.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def template(stack: Stack) -> dict[str, dict[str, Any]]:
         "namespace": get("namespace", f"vcluster-{TEMPLATE}"),
         "statefulset": get("statefulset", f"vc-{TEMPLATE}", "-n", f"vcluster-{TEMPLATE}"),
         "secret": get("secret", f"tenant-{cloud_space}-kubeconfig", "-n", TENANT_NAMESPACE),
+        # the kubeconfig vcluster exported, which resync compares with the stored one and reads the
+        # client certificate's expiry from (the same bytes as the stored copy's: settled)
+        f"Secret vc-vc-{TEMPLATE}": get("secret", f"vc-vc-{TEMPLATE}", "-n", f"vcluster-{TEMPLATE}"),
         # the chart's namespace policies, which resync lists fleet-wide (shared.model.isolation)
         **{
             f"{o.kind} {o.name}": get(o.kind.lower(), o.name, "-n", f"vcluster-{TEMPLATE}")

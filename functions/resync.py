@@ -28,10 +28,11 @@ Failed (waiting for a person), or Ready with no drift     nothing
 ========================================================  =========================================
 
 The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
-it reads the StatefulSet and the two Secrets of each Ready Tenant, ``OBSERVERS`` Tenants at a
-time (a pass is bound by the API server's latency, not by CPU: ``bench resync``), and lists the
-chart's namespace policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.model.isolation``)
-across the fleet in three calls. resync reads in a Tenant's namespace only what install grants it
+it reads the StatefulSet and the two Secrets of each Ready Tenant and asks its vCluster's API
+(``shared.adapters.vcluster_api``), ``OBSERVERS`` Tenants at a time (a pass is bound by CPU, this
+process's most: ``bench resync`` prints where it goes), and lists the chart's namespace
+policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.model.isolation``) across the
+fleet in three calls. resync reads in a Tenant's namespace only what install grants it
 there (``shared.steps.access``: the StatefulSet and vcluster's Secret, by name); a Tenant made before
 that grant existed has none, and its reads are refused: resync sends it to install, which makes
 it (and changes nothing else of a settled Tenant), and looks again on the next tick. A Tenant
@@ -152,9 +153,10 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
     return None
 
 
-# Ready Tenants whose vCluster is read at once: each read waits on the API server, and with the
-# reads' JSON taken as is (no client models) little of a read is this process's CPU. The
-# kubernetes client keeps 5 connections per core, so on two cores eight never wait for one.
+# Ready Tenants whose vCluster is read at once: each read and probe waits on a server (the API
+# server, the vCluster), so a few in flight keep this process busy; its CPU (the probe's TLS,
+# mostly) is what bounds a pass. The kubernetes client keeps 5 connections per core, so on two
+# cores eight never wait for one.
 OBSERVERS = 8
 
 

@@ -13,22 +13,32 @@ certificate; never ``insecure-skip-tls-verify``) and asks the vCluster, in order
 
 :func:`missing` answers what is still missing, in words for the Tenant's message, or None when all
 three hold. :func:`read_kubeconfig` and :func:`verdict` are pure; :class:`VClusterApi` is the only
-part that opens a connection (``requests``, which honours ``HTTPS_PROXY``; the credentials go to a
-private temporary directory for the one probe and are removed after it).
+part that opens a connection (``urllib3``, honouring ``HTTPS_PROXY``; the credentials stay in
+memory, see :class:`VClusterApi`).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import logging
+import os
+import re
+import ssl
 import tempfile
-from collections.abc import Mapping, Sequence
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
-import requests
+import urllib3
 import yaml
+
+# libyaml's loader and dumper where PyYAML was built with it (ten times the pure-Python one's
+# speed: resync reads every Ready Tenant's kubeconfig on every pass), the same results.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +74,13 @@ class UnusableKubeconfig(ValueError):
     """The kubeconfig cannot be used as it is (no server, no CA, insecure, no client certificate)."""
 
 
+# resync reads each Ready Tenant's kubeconfig twice in a row (its certificate's expiry, the probe),
+# eight Tenants at a time: the last few parsed are kept (the values are frozen).
+@functools.lru_cache(maxsize=32)
 def read_kubeconfig(raw: bytes) -> Credentials:
     """The current context's server and credentials, with the certificates inline (as vcluster writes them)."""
     try:
-        doc = yaml.safe_load(raw)
+        doc = yaml.load(raw, Loader=_Loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as err:
         raise UnusableKubeconfig(f"the kubeconfig is not YAML: {err}") from err
     if not isinstance(doc, Mapping):
@@ -91,7 +104,7 @@ def read_kubeconfig(raw: bytes) -> Credentials:
 def with_server(raw: bytes, server: str) -> bytes:
     """The same kubeconfig with the current context's cluster at ``server`` (the external address
     store-kubeconfig adds as a second key); everything else, credentials included, as it was."""
-    doc = yaml.safe_load(raw)
+    doc = yaml.load(raw, Loader=_Loader)  # noqa: S506 - a safe loader
     if not isinstance(doc, dict):
         raise UnusableKubeconfig("the kubeconfig is not a mapping")
     context = _named(doc.get("contexts"), doc.get("current-context"), "context")
@@ -99,7 +112,7 @@ def with_server(raw: bytes, server: str) -> bytes:
     if not isinstance(cluster, dict):
         raise UnusableKubeconfig("the kubeconfig's cluster is not a mapping")
     cluster["server"] = server
-    return yaml.safe_dump(doc, sort_keys=False).encode()
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False).encode()
 
 
 def verdict(server: str, answers: Sequence[tuple[Check, int | str]]) -> str | None:
@@ -123,10 +136,20 @@ class VClusterProbe(Protocol):
 
 
 class VClusterApi:
-    """Probes a vCluster through a kubeconfig; ``timeout`` per request."""
+    """Probes a vCluster through a kubeconfig; ``timeout`` per request.
+
+    One TLS connection per probe, made as a customer's client makes it and nothing more: the
+    kubeconfig's CA is the only one trusted (never the system's, never ``$REQUESTS_CA_BUNDLE``),
+    the server's name is checked against its certificate, and the client certificate is presented.
+    The CA is loaded from memory; OpenSSL loads a client certificate only from a path, so the
+    certificate and its key go to an anonymous in-memory file (``memfd``: on no file system, gone
+    when closed) for the one ``load_cert_chain``. ``HTTPS_PROXY`` is read when it is made,
+    ``NO_PROXY`` on each probe (the test bed's cluster network is such a proxy)."""
 
     def __init__(self, timeout: float = 5.0) -> None:
-        self._timeout = timeout
+        self._timeout = urllib3.Timeout(connect=2.0, read=timeout)
+        self._read_timeout = timeout
+        self._proxy = urllib.request.getproxies_environment().get("https")
 
     def missing(self, kubeconfig: bytes) -> str | None:
         """What the vCluster behind ``kubeconfig`` still lacks (see the module), or None when it works."""
@@ -137,35 +160,70 @@ class VClusterApi:
         return verdict(credentials.server, self._ask(credentials))
 
     def _ask(self, credentials: Credentials) -> list[tuple[Check, int | str]]:
+        try:
+            context = tls_context(credentials)
+        except ssl.SSLError as err:  # a CA or key pair OpenSSL cannot load is refused as a client would be
+            return [(CHECKS[0], f"TLS: {_reason(err)}")]
         answers: list[tuple[Check, int | str]] = []
-        with tempfile.TemporaryDirectory(prefix="vcluster-api-") as folder:
-            ca, cert, key = (
-                _private(Path(folder) / name, data)
-                for name, data in (
-                    ("ca.crt", credentials.ca_pem),
-                    ("client.crt", credentials.cert_pem),
-                    ("client.key", credentials.key_pem),
-                )
-            )
-            with requests.Session() as session:
-                for check in CHECKS:
-                    answer = self._get(session, credentials.server + check.path, str(ca), (str(cert), str(key)))
-                    answers.append((check, answer))
-                    if answer != 200:
-                        break
+        with _pool(credentials.server, context, self._timeout, self._proxy) as pool:
+            for check in CHECKS:
+                answer = self._get(pool, check.path)
+                answers.append((check, answer))
+                if answer != 200:
+                    break
         return answers
 
-    def _get(self, session: requests.Session, url: str, ca: str, cert: tuple[str, str]) -> int | str:
-        # verify= on the request, not the session: requests lets $REQUESTS_CA_BUNDLE override a
-        # session's CA, and only the vCluster's own CA may vouch for it.
+    def _get(self, pool: urllib3.HTTPSConnectionPool, path: str) -> int | str:
         try:
-            return session.get(url, verify=ca, cert=cert, timeout=(2.0, self._timeout)).status_code
-        except requests.exceptions.SSLError as err:
+            response = pool.urlopen("GET", path, retries=False, redirect=False, preload_content=True)
+        except urllib3.exceptions.SSLError as err:
             return f"TLS: {_reason(err)}"
-        except requests.Timeout:
-            return f"no answer within {self._timeout:g}s"
-        except requests.RequestException as err:
+        except urllib3.exceptions.TimeoutError:
+            return f"no answer within {self._read_timeout:g}s"
+        except urllib3.exceptions.HTTPError as err:
             return f"{type(err).__name__}: {_reason(err)}"
+        return response.status
+
+
+def tls_context(credentials: Credentials) -> ssl.SSLContext:
+    """A client's TLS context for ``credentials``: their CA alone, the server's name checked, their
+    client certificate presented. ``ssl.SSLError`` when OpenSSL refuses the CA or the key pair."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=credentials.ca_pem.decode("ascii", "replace"))
+    with _in_memory_file(credentials.cert_pem + b"\n" + credentials.key_pem) as path:
+        context.load_cert_chain(path)
+    return context
+
+
+@contextmanager
+def _in_memory_file(data: bytes) -> Iterator[str]:
+    """A path to ``data`` that no other process can read: an anonymous memfd on Linux, a private
+    temporary file (removed at once) elsewhere."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("vcluster-client", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, data)
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    with tempfile.NamedTemporaryFile(prefix="vcluster-client-") as file:  # mode 0600
+        file.write(data)
+        file.flush()
+        yield file.name
+
+
+def _pool(
+    server: str, context: ssl.SSLContext, timeout: urllib3.Timeout, proxy: str | None
+) -> urllib3.HTTPSConnectionPool:
+    """A one-connection pool to ``server``, through ``proxy`` unless ``NO_PROXY`` names its host."""
+    url = urllib3.util.parse_url(server)
+    host, port = url.host or "", url.port or 443
+    options: dict[str, Any] = {"ssl_context": context, "cert_reqs": "CERT_REQUIRED", "timeout": timeout, "maxsize": 1}
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxied = urllib3.ProxyManager(proxy, **options).connection_from_host(host, port, scheme="https")
+        assert isinstance(proxied, urllib3.HTTPSConnectionPool)  # a CONNECT tunnel to the https server
+        return proxied
+    return urllib3.HTTPSConnectionPool(host, port, **options)
 
 
 def _named(items: Any, name: Any, kind: str) -> Mapping[str, Any]:
@@ -185,16 +243,14 @@ def _inline(section: Mapping[str, Any], key: str, what: str) -> bytes:
         raise UnusableKubeconfig(f"{key} is not base64") from err
 
 
-def _private(path: Path, data: bytes) -> Path:
-    path.touch(mode=0o600)
-    path.write_bytes(data)
-    return path
-
-
 def _reason(err: Exception) -> str:
-    """The innermost reason of a requests/urllib3 error, without the URL noise around it."""
+    """The innermost reason of a urllib3 error, without the URL noise around it: OpenSSL's words
+    for a TLS failure (``[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: Hostname
+    mismatch, ...``), else the innermost error's ``reason`` or text."""
     inner: BaseException = err
     while inner.args and isinstance(inner.args[0], BaseException):
         inner = inner.args[0]
+    if isinstance(inner, ssl.SSLError):
+        return re.sub(r" \(_ssl\.c:\d+\)$", "", str(inner))
     reason = getattr(inner, "reason", None)
     return str(reason if reason is not None else inner)

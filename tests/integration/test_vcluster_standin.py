@@ -185,7 +185,10 @@ def test_a_booted_vcluster_answers_through_exactly_the_kubeconfig_it_exported(
     good = kube.read_secret_key(test_namespace, "vc-vc-good", "config")
     assert good is not None
     assert VClusterApi().missing(good) is None
-    assert [h.host for h in cluster_network.hops() if h.method == "CONNECT"] == [f"vc-good.{test_namespace}.svc"]
+    tunnels = [f"vc-good.{test_namespace}.svc"]  # a hop is recorded once its tunnel closed: wait for it
+    assert cluster_network.wait(lambda hops: [h.host for h in hops if h.method == "CONNECT"] == tunnels, timeout=10), (
+        cluster_network.hops()
+    )
 
     down = kube.read_secret_key(test_namespace, "vc-vc-down", "config")
     assert down is not None

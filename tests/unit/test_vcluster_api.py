@@ -6,12 +6,25 @@ The probe itself, over TLS with the stand-in vCluster's own CA, is tests/integra
 from __future__ import annotations
 
 import base64
+import os
+import ssl
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from shared.adapters.vcluster_api import CHECKS, Credentials, UnusableKubeconfig, VClusterApi, read_kubeconfig, verdict
+from shared.adapters.vcluster_api import (
+    CHECKS,
+    Credentials,
+    UnusableKubeconfig,
+    VClusterApi,
+    read_kubeconfig,
+    tls_context,
+    verdict,
+)
+from testbed.controlplane.pki import new_ca
 
 SERVER = "https://vc-bob.vcluster-bob.svc:443"
 
@@ -88,3 +101,55 @@ def test_the_first_check_that_fails_is_what_is_missing() -> None:
         f"the vCluster's API at {SERVER}: cluster DNS (Service kube-system/kube-dns) does not exist "
         "(GET /api/v1/namespaces/kube-system/services/kube-dns answered 404)"
     )
+
+
+def test_the_tls_context_trusts_the_kubeconfigs_ca_alone_and_its_key_reaches_no_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Never the system's CAs, never ``$SSL_CERT_FILE`` or ``$REQUESTS_CA_BUNDLE``; the credentials
+    reach no file system (an anonymous in-memory file for OpenSSL's one load)."""
+    ca = new_ca("vc-bob-ca")
+    client = ca.issue_client("kubernetes-admin", ["system:masters"])
+    elsewhere = new_ca("someone-else").cert_pem
+    (tmp_path / "bundle.pem").write_bytes(elsewhere)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "bundle.pem"))
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "bundle.pem"))
+    assert hasattr(os, "memfd_create"), "Linux: the functions' platform"
+
+    def no_files(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the client's key went to a temporary file")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", no_files)
+
+    context = tls_context(Credentials(SERVER, ca.cert_pem, client.cert_pem, client.key_pem))
+
+    assert [dict(pair[0] for pair in c["subject"])["commonName"] for c in context.get_ca_certs()] == ["vc-bob-ca"]
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+
+
+def test_credentials_openssl_refuses_are_a_tls_failure_without_any_connection() -> None:
+    """A key that is not the certificate's, or a CA that is not a certificate: what a customer's
+    client says too, before it connects (the server's name does not resolve here)."""
+    ca = new_ca("vc-bob-ca")
+    client, other = ca.issue_client("a"), ca.issue_client("b")
+    mismatched = kubeconfig(
+        {"certificate-authority-data": base64.b64encode(ca.cert_pem).decode()},
+        {
+            "client-certificate-data": base64.b64encode(client.cert_pem).decode(),
+            "client-key-data": base64.b64encode(other.key_pem).decode(),
+        },
+    )
+    assert (VClusterApi().missing(mismatched) or "").startswith(
+        f"the vCluster's API at {SERVER} cannot be reached with the stored kubeconfig: TLS: [X509: KEY_VALUES_MISMATCH]"
+    )
+    not_a_ca = kubeconfig()  # "CA", "CERT", "KEY"
+    assert (VClusterApi().missing(not_a_ca) or "").startswith(
+        f"the vCluster's API at {SERVER} cannot be reached with the stored kubeconfig: TLS: "
+    )
+
+
+def test_a_kubeconfig_read_twice_is_parsed_once() -> None:
+    raw = kubeconfig(user={"client-key-data": base64.b64encode(b"KEY-twice").decode()})
+    before = read_kubeconfig.cache_info().hits
+    assert read_kubeconfig(raw) is read_kubeconfig(raw)
+    assert read_kubeconfig.cache_info().hits == before + 1
