@@ -53,6 +53,7 @@ import dataclasses
 import enum
 import functools
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -246,6 +247,7 @@ def resync(
     """One pass; returns how many Tenants got each re-drive (for the log and the tests). With
     ``vcluster``, each Ready Tenant's API is asked through its stored kubeconfig (``observe``)."""
     moment = now or utcnow()
+    began = time.monotonic()
     counts: dict[str, int] = {}
     tenants = kube.list_tenants(settings.tenant_namespace, "")
     drifts = observe_all(kube, settings, tenants, vcluster)
@@ -275,7 +277,9 @@ def resync(
                 "kubeconfig's client certificate expires soon; run kubeopera-tenants rotate",
                 extra={"tenant": key, "expires": rfc3339(drift.expires)},
             )
-    log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts})
+    seconds = time.monotonic() - began
+    metrics.RESYNC_PASS.set(seconds)  # alert KubeoperaTenantResyncSlow: the Service cuts a pass at 600 s
+    log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts, "seconds": round(seconds, 3)})
     return counts
 
 

@@ -29,6 +29,7 @@ metric                                                         answers
 ``kubeopera_tenant_rollout{state}``                            Tenants by rollout state (done, waiting, in
                                                                progress, halted, outside), resync's last tick
 ``kubeopera_tenant_rollout_halted{tenant}``                    1 for the Tenant where a fleet upgrade halted
+``kubeopera_tenant_resync_pass_seconds``                       how long resync's last pass took
 =============================================================  ===============================================
 
 Under gunicorn with several workers the metrics are kept in ``PROMETHEUS_MULTIPROC_DIR``
@@ -140,6 +141,11 @@ KUBECONFIGS_EXPIRING = Gauge(
 KUBECONFIG_SOONEST_EXPIRY = Gauge(
     "kubeopera_tenant_kubeconfig_soonest_expiry_seconds",
     "Seconds until the first Ready Tenant's kubeconfig client certificate expires, as of resync's last tick",
+    multiprocess_mode="livemostrecent",
+)
+RESYNC_PASS = Gauge(
+    "kubeopera_tenant_resync_pass_seconds",
+    "How long resync's last pass took (tenant-resync's timeoutSeconds, 600, cuts a longer one)",
     multiprocess_mode="livemostrecent",
 )
 ORPHANED_NAMESPACES = Gauge(

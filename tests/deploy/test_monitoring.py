@@ -39,6 +39,7 @@ EXPECTED_ALERTS = {
     "KubeoperaTenantKubeconfigExpiring",
     "KubeoperaTenantVClusterUnavailable",
     "KubeoperaTenantRolloutHalted",
+    "KubeoperaTenantResyncSlow",
 }
 SEVERITIES = {"info", "warning", "critical"}
 

@@ -10,6 +10,7 @@ chain leaves behind. No cluster, helm or Go tool is involved.
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -1130,3 +1131,16 @@ def test_a_ready_tenant_of_an_earlier_version_gets_the_condition_on_the_first_pa
     stored["status"]["conditions"] = [c for c in stored["status"]["conditions"] if c["type"] != "VClusterAvailable"]
     assert resync(kube, sink, SETTINGS) == {"AVAILABILITY": 1}
     assert availability_of(kube) == ("True", "ControlPlaneReady")
+
+
+def test_a_pass_says_how_long_it_took(
+    kube: FakeKube, sink: FakeSink, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """For alert KubeoperaTenantResyncSlow: tenant-resync's timeoutSeconds cuts a pass at 600 s."""
+    clock = iter([1000.0, 1253.5])
+    monkeypatch.setattr("functions.resync.time.monotonic", lambda: next(clock))
+    with caplog.at_level(logging.INFO, logger="functions.resync"):
+        assert resync(kube, sink, SETTINGS) == {}
+    assert REGISTRY.get_sample_value("kubeopera_tenant_resync_pass_seconds") == 253.5
+    done = [r for r in caplog.records if r.getMessage() == "resync pass done"]
+    assert [getattr(r, "seconds", None) for r in done] == [253.5]
