@@ -148,7 +148,6 @@ class VClusterApi:
 
     def __init__(self, timeout: float = 5.0) -> None:
         self._timeout = urllib3.Timeout(connect=2.0, read=timeout)
-        self._read_timeout = timeout
         self._proxy = urllib.request.getproxies_environment().get("https")
 
     def missing(self, kubeconfig: bytes) -> str | None:
@@ -179,7 +178,7 @@ class VClusterApi:
         except urllib3.exceptions.SSLError as err:
             return f"TLS: {_reason(err)}"
         except urllib3.exceptions.TimeoutError:
-            return f"no answer within {self._read_timeout:g}s"
+            return f"no answer within {self._timeout.read_timeout:g}s"
         except urllib3.exceptions.HTTPError as err:
             return f"{type(err).__name__}: {_reason(err)}"
         return response.status
