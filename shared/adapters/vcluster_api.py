@@ -177,9 +177,12 @@ class VClusterApi:
             response = pool.urlopen("GET", path, retries=False, redirect=False, preload_content=True)
         except urllib3.exceptions.SSLError as err:
             return f"TLS: {_reason(err)}"
-        except urllib3.exceptions.TimeoutError:
-            return f"no answer within {self._timeout.read_timeout:g}s"
         except urllib3.exceptions.HTTPError as err:
+            # urllib3's NewConnectionError (refused, no route) is a ConnectTimeoutError by class only
+            if isinstance(err, urllib3.exceptions.TimeoutError) and not isinstance(
+                err, urllib3.exceptions.NewConnectionError
+            ):
+                return f"no answer within {self._timeout.read_timeout:g}s"
             return f"{type(err).__name__}: {_reason(err)}"
         return response.status
 

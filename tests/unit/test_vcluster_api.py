@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import ssl
 import tempfile
 from pathlib import Path
@@ -153,3 +154,33 @@ def test_a_kubeconfig_read_twice_is_parsed_once() -> None:
     before = read_kubeconfig.cache_info().hits
     assert read_kubeconfig(raw) is read_kubeconfig(raw)
     assert read_kubeconfig.cache_info().hits == before + 1
+
+
+def identity_kubeconfig(server: str) -> bytes:
+    """A kubeconfig with a real CA and client certificate (OpenSSL loads them) for ``server``."""
+    ca = new_ca("vc-bob-ca")
+    client = ca.issue_client("kubernetes-admin", ["system:masters"])
+    b64 = lambda pem: base64.b64encode(pem).decode()  # noqa: E731
+    return kubeconfig(
+        {"server": server, "certificate-authority-data": b64(ca.cert_pem)},
+        {"client-certificate-data": b64(client.cert_pem), "client-key-data": b64(client.key_pem)},
+    )
+
+
+def test_a_silent_server_is_no_answer_and_a_refused_connection_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback only: a listener that never speaks TLS, then the same port closed."""
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        server = f"https://127.0.0.1:{listener.getsockname()[1]}"
+        silent = VClusterApi(timeout=0.3).missing(identity_kubeconfig(server))
+    assert (
+        silent == f"the vCluster's API at {server} cannot be reached with the stored kubeconfig: no answer within 0.3s"
+    )
+    refused = VClusterApi(timeout=0.3).missing(identity_kubeconfig(server)) or ""
+    assert refused.startswith(
+        f"the vCluster's API at {server} cannot be reached with the stored kubeconfig: NewConnectionError"
+    )
+    assert "Connection refused" in refused, refused
