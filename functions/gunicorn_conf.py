@@ -23,8 +23,9 @@ the Knative Service decides:
 
 Pure standard library, no side effects beyond reading the environment at import. The hooks:
 ``on_starting`` gives the workers one metrics folder (``PROMETHEUS_MULTIPROC_DIR``, see
-``shared.observability.metrics``), ``child_exit`` retires a dead worker's gauges, ``worker_exit`` flushes the
-worker's spans (``shared.observability.tracing``).
+``shared.observability.metrics``) and ``on_exit`` removes it if ``on_starting`` made it,
+``child_exit`` retires a dead worker's gauges, ``worker_exit`` flushes the worker's spans
+(``shared.observability.tracing``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ proc_name: str = os.environ.get("K_SERVICE", "kubeopera-tenants")
 preload_app: bool = False
 
 
+# Set by ``on_starting`` to the folder it made, so that ``on_exit`` removes that one only.
+_MADE_HERE = "KUBEOPERA_METRICS_DIR_MADE"
+
+
 def on_starting(server: object) -> None:
     """Before any worker: the folder where every worker keeps its metrics (prometheus_client's
     multiprocess mode), so ``/metrics`` adds them up. ``PROMETHEUS_MULTIPROC_DIR`` if the
@@ -84,7 +89,16 @@ def on_starting(server: object) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder, exist_ok=True)
     else:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="kubeopera-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.environ[_MADE_HERE] = tempfile.mkdtemp(prefix="kubeopera-metrics-")
+
+
+def on_exit(server: object) -> None:
+    """The master stops: remove the metrics folder ``on_starting`` made (one the Service named
+    is the Service's to keep). Without this each start outside a pod (``make run``, the tests)
+    left a folder in ``/tmp``."""
+    made = os.environ.pop(_MADE_HERE, "")
+    if made and os.environ.get("PROMETHEUS_MULTIPROC_DIR") == made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def child_exit(server: object, worker: Any) -> None:
