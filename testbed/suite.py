@@ -22,6 +22,7 @@ worst.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -203,6 +204,8 @@ def run(groups: Sequence[Group], jobs: int, out_dir: Path, python: str, extra: I
         return 130
     print(f"\nsuite: all groups done in {time.monotonic() - started:.0f}s", flush=True)
     print(verdict(totals), flush=True)
+    with contextlib.suppress(OSError):  # pytest leaves a group's --basetemp only when it kept files in it
+        temp_root.rmdir()
     return worst
 
 
