@@ -31,7 +31,9 @@ def available(generation: int, message: str = "the vCluster's control plane is r
 def availability(rollout: Rollout, generation: int, api_missing: str | None = None) -> Condition:
     """The condition the vCluster's StatefulSet, as read, says: True while a control-plane pod is
     ready and, when it was asked (``api_missing``: what its API lacked through the stored
-    kubeconfig, None when it answered or was not asked), its API answers."""
+    kubeconfig, None when it answered or was not asked), its API answers. ``api_missing`` is the
+    probe's own sentence (``shared.adapters.vcluster_api.verdict``: which API, what it lacked) and
+    is the message as it is."""
     if rollout.ready_replicas == 0:
         return Condition(
             COND_AVAILABLE,
@@ -41,8 +43,7 @@ def availability(rollout: Rollout, generation: int, api_missing: str | None = No
             generation,
         )
     if api_missing is not None:
-        message = f"the vCluster's API through the stored kubeconfig: {api_missing}"
-        return Condition(COND_AVAILABLE, "False", NOT_SERVING, message, generation)
+        return Condition(COND_AVAILABLE, "False", NOT_SERVING, api_missing, generation)
     return available(generation, f"the vCluster's control plane is ready ({rollout.ready_replicas} ready)")
 
 

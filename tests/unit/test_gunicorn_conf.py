@@ -13,8 +13,9 @@ from functions import gunicorn_conf
 
 def test_a_folder_made_at_start_is_removed_at_exit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-    monkeypatch.delenv(gunicorn_conf._MADE_HERE, raising=False)
+    # set (empty, as unset to the hook) so that monkeypatch takes back what the hook sets
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.setenv(gunicorn_conf._MADE_HERE, "")
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
 
     gunicorn_conf.on_starting(None)

@@ -1086,12 +1086,16 @@ def test_an_api_that_stops_answering_through_the_stored_kubeconfig_makes_it_unav
     stored = kube.get_secret(TENANT_NAMESPACE, BOB_SECRET)
     assert stored is not None and api.asked == [stored.data["kubeconfig"]], "the stored kubeconfig, once"
 
-    api.missing_now = "/readyz: connection refused"
+    refused = (
+        "the vCluster's API at https://vc-bob.vcluster-bob.svc:443 cannot be reached with the stored kubeconfig: "
+        "NewConnectionError: Connection refused"
+    )
+    api.missing_now = refused
     assert resync(kube, sink, SETTINGS, vcluster=api) == {"AVAILABILITY": 1}
     assert availability_of(kube) == ("False", "APINotServing")
     condition = live(kube).status.condition("VClusterAvailable")
     assert condition is not None
-    assert condition.message == "the vCluster's API through the stored kubeconfig: /readyz: connection refused"
+    assert condition.message == refused, "the probe's sentence, once"
     assert kube.event_reasons()[-1] == "VClusterUnavailable"
     assert sink.sent == []
 
