@@ -56,6 +56,7 @@ from shared.model.tenant import Phase, Tenant
 from shared.model.values import vcluster_values
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.knative.broker_watch import Delivery
+from testbed.local import profiling
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
@@ -648,6 +649,14 @@ def main(argv: Sequence[str]) -> list[Table]:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--polls", type=int, default=10, help="check-ready re-deliveries to time (default 10)")
     parser.add_argument("--threads", type=int, default=None, help="GUNICORN_THREADS of every function")
+    parser.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="SERVICE",
+        help="profile every request of this function (tenant-install, ...; repeatable) with pyinstrument: "
+        "its call tree goes to bench/profiles/, its hot spots to a table",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-burst-") as folder:
         wrapper, helm_calls = counting_helm(ensure_all().helm, Path(folder))
@@ -658,6 +667,8 @@ def main(argv: Sequence[str]) -> list[Table]:
             resync_at_start=False,
             vcluster_never_boot=f"^vc-{POLL_TENANT}$",
             function_env=env,
+            profile=tuple(args.profile),
+            profile_dir=Path(folder) / "profiles",
         )
         with start_stack(options) as stack:
             kube = Kube.connect(stack.admin_kubeconfig)
@@ -686,7 +697,9 @@ def main(argv: Sequence[str]) -> list[Table]:
             finally:
                 phases.close()
                 kube.close()
+        profiles = [profile_table(Path(folder) / "profiles", service) for service in args.profile]
         return [
+            *profiles,
             burst_table(args.tenants, bursts, floors_, deletions),
             where_table(bursts, deliveries, answered),
             cpu_table(args.tenants, bursts),
@@ -696,6 +709,49 @@ def main(argv: Sequence[str]) -> list[Table]:
             poll_table(poll_gaps, poll_periods),
             memory_table(memory),
         ]
+
+
+PROFILES = Path(__file__).resolve().parent / "profiles"
+
+
+def profile_table(folder: Path, service: str, top: int = 25) -> Table:
+    """``service``'s requests as its workers profiled them (the stack saved them when it stopped):
+    the call tree written to ``bench/profiles/``, and the product's own functions by the wall
+    time spent in them, callees included (a function counted once on each path)."""
+    session = profiling.combined(folder, service)
+    if session is None:
+        raise RuntimeError(f"{service} saved no profile in {folder}")
+    PROFILES.mkdir(exist_ok=True)
+    written = PROFILES / f"{service}-{time.strftime('%Y%m%d-%H%M', time.gmtime())}.txt"
+    written.write_text(profiling.render(session))
+    root = session.root_frame()
+    total = root.time if root is not None else 0.0
+    spent: Counter[str] = Counter()
+
+    def walk(frame: Any, above: frozenset[str]) -> None:
+        path = frame.file_path or ""
+        key = ""
+        if "/site-packages/" not in path and ("/shared/" in path or "/functions/" in path):
+            key = f"{frame.function} ({frame.file_path_short}:{frame.line_no})"
+        if key and key not in above:
+            spent[key] += frame.time
+            above = above | {key}
+        for child in frame.children:
+            walk(child, above)
+
+    if root is not None:
+        walk(root, frozenset())
+    rows = [(name, f"{seconds:.1f}", f"{100 * seconds / total:.0f}%") for name, seconds in spent.most_common(top)]
+    return table(
+        f"Where {service}'s requests spend their wall time (pyinstrument, every request of the run)",
+        ("the product's function (callees included)", "seconds", "share"),
+        rows,
+        (
+            f"{total:.1f} s of requests profiled in all (the warm-up's and the polls' too), sampled every "
+            f"{profiling.INTERVAL * 1000:.0f} ms in the thread serving each; the call tree: "
+            f"bench/profiles/{written.name}",
+        ),
+    )
 
 
 def floor_inputs(stack: Stack, kube: Kube, folder: Path) -> tuple[Path, Path]:

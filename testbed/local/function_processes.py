@@ -23,15 +23,19 @@ from testbed.toolchain import Toolchain
 READY_TIMEOUT = 120.0
 
 
-def gunicorn_command(module: str) -> list[str]:
-    """The container image's start command (Dockerfile ENTRYPOINT + the Service's args)."""
+def gunicorn_command(module: str, profiled: bool = False) -> list[str]:
+    """The container image's start command (Dockerfile ENTRYPOINT + the Service's args); with
+    ``profiled``, the same app behind :mod:`.profiling`'s wrapper."""
     gunicorn = Path(sys.executable).with_name("gunicorn")
     if not gunicorn.exists():
         found = shutil.which("gunicorn")
         if found is None:
             raise StackError("gunicorn is not installed next to this Python: pip install -e .")
         gunicorn = Path(found)
-    return [str(gunicorn), "-c", "python:functions.gunicorn_conf", f"functions.{module}:create_app()"]
+    app = f"functions.{module}:create_app()"
+    if profiled:
+        app = f"testbed.local.profiling:create_app('functions.{module}')"
+    return [str(gunicorn), "-c", "python:functions.gunicorn_conf", app]
 
 
 def function_specs(
@@ -51,18 +55,26 @@ def function_specs(
     """Knative Service name -> its process, each on a free port of its own. ``sender_env`` is each
     one's SENDER_* settings, ``sink_tokens`` the token file of those a SinkBinding binds,
     ``mount_env`` the settings of its ConfigMap mounts (:mod:`.mounts`)."""
+    unknown = sorted(set(options.profile) - set(functions))
+    if unknown:
+        raise StackError(f"no function to profile named {', '.join(unknown)} (there are {', '.join(functions)})")
     specs: dict[str, ProcessSpec] = {}
     for service, module in functions.items():
         port = free_port()
         env = _function_env(options, tools, run_dir, service, chart_ref, api_url, port, kubeconfigs[service])
         env.update(_cluster_network(proxy))
+        env["K_SERVICE"] = service  # as Knative Serving sets it in each revision's container
         env["K_SINK"] = broker_address  # what the SinkBinding in eventing/ injects into tenant-resync
         if service in sink_tokens:
             env["SINK_TOKEN_FILE"] = str(sink_tokens[service])  # where the SinkBinding mounts /oidc/token
         env.update(sender_env.get(service, {}))
         env.update((mount_env or {}).get(service, {}))
         env.update(options.function_env)  # the caller's word is last
-        specs[service] = ProcessSpec(name=service, argv=tuple(gunicorn_command(module)), env=env, cwd=run_dir)
+        profiled = service in options.profile
+        if profiled:
+            env["PROFILE_DIR"] = str(options.profile_dir or run_dir / "profiles")
+        argv = tuple(gunicorn_command(module, profiled))
+        specs[service] = ProcessSpec(name=service, argv=argv, env=env, cwd=run_dir)
     return specs
 
 

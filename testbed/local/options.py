@@ -35,3 +35,7 @@ class StackOptions:
     # More environment for every function's process, over the stack's own (OTEL_* to trace,
     # GUNICORN_WORKERS, ...): what a Service's env or the ConfigMap would add.
     function_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Knative Services whose every request is profiled (pyinstrument, :mod:`.profiling`), each
+    # worker's call tree saved in ``profile_dir``.
+    profile: tuple[str, ...] = ()
+    profile_dir: Path | None = None
