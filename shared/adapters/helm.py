@@ -3,7 +3,10 @@
 pyhelm3 drives the helm CLI (design.md section 5). What this module adds:
 
 - **A chart cache.** Helm 3 re-downloads an OCI chart on every install; we pull the pinned
-  chart version once per process into ``CHART_CACHE_DIR`` and install from that folder.
+  chart version once per process into ``CHART_CACHE_DIR`` and install from that folder. pyhelm3
+  pulls into a new folder and removes it only after a pull that worked; its pulls go to
+  ``CHART_CACHE_DIR/.pulls/<pid>``, emptied before each try, so a registry that refuses for a day
+  (every delivery tries again) leaves one folder, not one in ``$TMPDIR`` per try.
 - **No needless revisions, and no helm process to find that out.** ``install_or_upgrade`` reads
   the release as helm's record holds it (``shared.adapters.release.CurrentReleases``: one LIST of
   its Secrets with their data, decoded here in Python) instead of ``helm status``, ``helm get
@@ -171,8 +174,13 @@ class Helm:
         if deadline is not None:
             executable = str(deadline_wrapper(executable, deadline, chart_cache_dir.parent / "bin"))
         self._records = records
+        self._pulls = chart_cache_dir / ".pulls" / str(os.getpid())
         self._command = _Command(
-            validate_manifests, executable=executable, kubeconfig=kubeconfig, default_timeout="5m"
+            validate_manifests,
+            executable=executable,
+            kubeconfig=kubeconfig,
+            default_timeout="5m",
+            unpack_directory=str(self._pulls),
         )
         self._client = pyhelm3.Client(self._command, executable=executable)
         self._chart: Any = None
@@ -213,6 +221,8 @@ class Helm:
         metrics.CHART_LOADS.labels("cache" if cached else "registry").inc()
         if not cached:
             self._cache_dir.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(self._pulls, ignore_errors=True)  # what a failed try left (see the module)
+            self._pulls.mkdir(parents=True)
             try:
                 async with self._client.pull_chart(self._chart_ref, version=self._chart_version) as pulled:
                     staging = self._cache_dir / f".{local.name}.partial"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import secrets
 import subprocess
 from datetime import datetime
@@ -51,10 +52,16 @@ def test_values_the_chart_rejects_are_permanent(helm: Helm, test_namespace: str,
         helm.install_or_upgrade("vc-b", test_namespace, {"exportKubeConfig": {"enabled": True}, "bogus": 1})
 
 
-def test_missing_chart_version_is_permanent(make_helm: MakeHelm) -> None:
-    helm = make_helm(version="9.9.9")
-    with pytest.raises(PermanentError, match="not found"):
-        helm.chart()
+def test_missing_chart_version_is_permanent(make_helm: MakeHelm, tmp_path: Path) -> None:
+    """And a failed pull leaves nothing behind but its one folder in the cache: pyhelm3 removes
+    the folder it pulls into only after a pull that worked, and every delivery tries again."""
+    helm = make_helm(version="9.9.9", cache=tmp_path / "cache")
+    for _ in range(3):
+        with pytest.raises(PermanentError, match="not found"):
+            helm.chart()
+    pulls = tmp_path / "cache" / ".pulls"
+    assert [p.name for p in pulls.iterdir()] == [str(os.getpid())], "this process's folder"
+    assert len(list((pulls / str(os.getpid())).iterdir())) == 1, "the last try's, the others removed"
 
 
 def test_an_object_in_the_way_that_helm_will_not_adopt_is_permanent(
