@@ -236,7 +236,9 @@ def test_a_vcluster_whose_api_stops_answering_is_said_unavailable_at_the_next_pa
         tenant = kube.get_tenant(TENANT_NAMESPACE, olive)
         assert tenant is not None and tenant.status.phase == "Ready"
         condition = tenant.status.condition("VClusterAvailable")
-        assert condition is not None and condition.message.startswith("the vCluster's API through the stored")
+        assert condition is not None, "the condition is kept"
+        assert condition.message.startswith(f"the vCluster's API at https://vc-{olive}.vcluster-{olive}.svc:443 ")
+        assert "cannot be reached with the stored kubeconfig: TLS: " in condition.message, condition.message
         assert [e["reason"] for e in tenant_events(pipeline, olive)][-1] == "VClusterUnavailable"
     finally:
         ups = switched('"API up again"')
