@@ -22,9 +22,9 @@ worst.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,8 +204,10 @@ def run(groups: Sequence[Group], jobs: int, out_dir: Path, python: str, extra: I
         return 130
     print(f"\nsuite: all groups done in {time.monotonic() - started:.0f}s", flush=True)
     print(verdict(totals), flush=True)
-    with contextlib.suppress(OSError):  # pytest leaves a group's --basetemp only when it kept files in it
-        temp_root.rmdir()
+    if worst == 0:  # each group's --basetemp (pytest keeps its tests' tmp_path) is of no more use
+        shutil.rmtree(temp_root, ignore_errors=True)
+    else:
+        print(f"suite: the groups' temporary files are kept in {temp_root}", flush=True)
     return worst
 
 

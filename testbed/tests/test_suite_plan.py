@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -91,8 +92,11 @@ def test_counts_come_from_the_closing_line_only() -> None:
 
 
 def test_groups_run_side_by_side_and_the_verdict_adds_them_up(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    roots = tmp_path / "tmp"  # where the suite makes its temporary root
+    roots.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(roots))
     tests = tmp_path / "t"
     tests.mkdir()
     (tests / "test_ok.py").write_text(
@@ -106,10 +110,27 @@ def test_groups_run_side_by_side_and_the_verdict_adds_them_up(
     code = suite.run(groups, jobs=2, out_dir=tmp_path / "out", python=sys.executable, extra=["-q", "-p", "no:randomly"])
     printed = capsys.readouterr().out.splitlines()
     assert code == 1
-    assert printed[-1] == "suite: 2 passed, 1 failed, 0 skipped"
+    assert printed[-2] == "suite: 2 passed, 1 failed, 0 skipped"
+    (kept,) = roots.iterdir()
+    assert printed[-1] == f"suite: the groups' temporary files are kept in {kept}", "a failed run keeps them"
+    assert (kept / "ok").is_dir(), "the ok group's --basetemp (its test used tmp_path)"
     assert any(line.startswith("===== suite: bad FAILED (exit 1)") for line in printed)
     assert any("assert 1 == 2" in line for line in printed), "a failed group's whole output is printed"
     assert (tmp_path / "out" / "ok.log").is_file() and (tmp_path / "out" / "bad.log").is_file()
+
+
+def test_a_suite_that_passes_leaves_no_temporary_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    roots = tmp_path / "tmp"
+    roots.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(roots))
+    test = tmp_path / "test_ok.py"
+    test.write_text("def test_a(tmp_path):\n    (tmp_path / 'kept-by-pytest').write_text('x')\n")
+    code = suite.run([suite.Group("ok", paths=(str(test),))], jobs=1, out_dir=tmp_path / "out", python=sys.executable)
+    assert code == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "suite: 1 passed, 0 failed, 0 skipped"
+    assert list(roots.iterdir()) == [], "the group's --basetemp, with what pytest kept in it, is gone"
 
 
 def test_an_interrupted_suite_stops_its_running_groups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
