@@ -186,8 +186,10 @@ class FakeKube:
     # set-up, as a person or the API server ----------------------------------------------------
 
     def _next_version(self) -> str:
-        self._version += 1
-        return str(self._version)
+        """The next resourceVersion: under the lock, since install writes its grants side by side."""
+        with _TALLY:
+            self._version += 1
+            return str(self._version)
 
     def add_tenant(self, obj: dict[str, Any]) -> dict[str, Any]:
         stored = copy.deepcopy(obj)

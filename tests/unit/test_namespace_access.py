@@ -6,6 +6,8 @@ every other refusal stays permanent. In-memory fakes only."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -581,3 +583,58 @@ def test_a_refusal_anywhere_else_stays_permanent() -> None:
     with pytest.raises(PermanentError) as raised, access.granted_at_run_time(BOB_NS):
         raise PermanentError("the API server found it invalid (422)")
     assert type(raised.value) is PermanentError
+
+
+def test_the_roles_and_their_bindings_are_written_side_by_side(helm: FakeHelm) -> None:
+    class Together(FakeKube):
+        """Each Role and each binding to a Role waits for its pair to be in flight too (RBAC's
+        escalation check makes each wait ~100 ms in the API server: side by side, once a pair)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.pairs = {"role": threading.Barrier(2, timeout=5), "to role": threading.Barrier(2, timeout=5)}
+
+        def create_role(self, role: Role) -> bool:
+            self.pairs["role"].wait()
+            return super().create_role(role)
+
+        def create_role_binding(self, binding: RoleBinding) -> bool:
+            if binding.role_ref.kind == "Role":
+                self.pairs["to role"].wait()
+            return super().create_role_binding(binding)
+
+    kube = Together()
+    helm.kube = kube
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
+
+    assert set(kube.roles) == {(BOB_NS, STORE), (BOB_NS, RESYNC)}
+    assert {(BOB_NS, STORE), (BOB_NS, RESYNC)} <= set(kube.role_bindings)
+    assert kube.calls["allowed"] == 1, "in force asked once, though both Roles wait for it at once"
+    assert [what for what, _ in grant_writes(kube)] == FRESH
+
+
+def test_writes_side_by_side_all_finish_and_the_first_error_in_order_is_raised() -> None:
+    finished: list[str] = []
+
+    def fails(name: str) -> Callable[[], int]:
+        def call() -> int:
+            finished.append(name)
+            raise Conflict(f"{name} moved on")
+
+        return call
+
+    def writes(name: str) -> Callable[[], int]:
+        def call() -> int:
+            finished.append(name)
+            return 1
+
+        return call
+
+    with pytest.raises(Conflict, match="first moved on"):
+        access.at_once([writes("a"), fails("first"), fails("second"), writes("b")])
+    assert sorted(finished) == ["a", "b", "first", "second"], "every write ran to its end"
+    assert access.at_once([writes("c"), writes("d")]) == 2
+    assert access.at_once([writes("e")]) == 1
+    assert access.at_once([]) == 0
