@@ -18,6 +18,8 @@ readiness     what proving Ready costs: check-ready's probe of a vCluster's API 
               kubeconfig (``bench.readiness``)
 ready-after   from vcluster's Secret written to the Tenant Ready, with vcluster-source's events
               and with the poll alone (``bench.ready_after``)
+sources       what one more Tenant namespace costs vcluster-source (Knative's namespace list) with
+              N namespaces there: requests, restarts, CPU, time to hear it (``bench.sources``)
 ============  ===================================================================================
 
 ``python -m bench.startup`` (the stack's own start), ``python -m bench.tracing`` (what tracing
@@ -37,7 +39,7 @@ Benchmark = Callable[[Sequence[str]], list[Table]]
 
 
 def benchmarks() -> dict[str, Benchmark]:
-    from . import burst, coldstart, helm, readiness, ready_after, resync
+    from . import burst, coldstart, helm, readiness, ready_after, resync, sources
 
     return {
         "burst": burst.main,
@@ -46,6 +48,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "helm": helm.main,
         "readiness": readiness.main,
         "ready-after": ready_after.main,
+        "sources": sources.main,
     }
 
 
