@@ -205,12 +205,17 @@ def admit(
     halted: Slot | None,
 ) -> Decision:
     """Whether install may upgrade ``tenant`` for a fleet change now, from the slots as read
-    (each: its name, the Lease there or None, its Tenant as read or None) and the halt record."""
-    if halted is not None:
-        return Decision(Admission.HALTED, HALT_NAME, why=f"the rollout is halted at Tenant {halted.tenant}")
+    (each: its name, the Lease there or None, its Tenant as read or None) and the halt record.
+
+    A Tenant that holds its slot goes on, halt or no halt: its upgrade began before the halt
+    (helm may already have run it), and a halt stops upgrades from starting, not the recording
+    of one begun. Refused there, a delivery that retries after a conflict on its status write
+    would leave the Tenant Ready on the new chart with a status that names the old one."""
     for name, slot, holder in slots:
         if slot is not None and slot.holds(tenant) and not slot_free(slot, holder):
             return Decision(Admission.GO, name, why=f"holds {name}")
+    if halted is not None:
+        return Decision(Admission.HALTED, HALT_NAME, why=f"the rollout is halted at Tenant {halted.tenant}")
     for name, slot, holder in slots:
         if slot is not None and slot_failed(slot, holder):
             return Decision(Admission.HALTED, name, slot, why=f"Tenant {slot.tenant} failed its upgrade ({name})")

@@ -189,12 +189,14 @@ def test_a_new_chart_version_rolls_out_in_waves_halts_at_a_failure_and_resumes(
             else None
         ),
     )
-    done = on_new(halted)
-    assert {"ro-00", "ro-01"} <= done <= {"ro-00", "ro-01", "ro-03"}, done
+    assert {"ro-00", "ro-01"} <= on_new(halted) <= {"ro-00", "ro-01", "ro-03"}, on_new(halted)
     for _ in range(2):  # each pass, and all it sent, answered: nothing is
         pipeline.resync()
-    assert set(upgraded(pipeline)) == done, "no further Tenant is touched"
-    assert on_new(tenants(kube)) == done
+    # ro-03 may have taken its slot beside ro-02 before the halt was recorded: its upgrade goes on
+    # (perhaps after the snapshot above) and its status says so; nothing after it starts
+    done = on_new(wait_for("the fleet at rest", lambda: at_rest(kube, {FAILING}), timeout=60))
+    assert {"ro-00", "ro-01"} <= done <= {"ro-00", "ro-01", "ro-03"}, done
+    assert set(upgraded(pipeline)) == done, "every release upgraded says so in its status; no further Tenant is touched"
     halted_events = [
         e
         for e in json.loads(pipeline.kubectl("get", "events", "-n", TENANT_NAMESPACE, "-o", "json"))["items"]

@@ -141,6 +141,25 @@ def test_admit_goes_in_a_held_slot_takes_a_free_one_waits_and_halts() -> None:
     assert rollout.admit(me, [("rollout-slot-0", None, None)], slot()).admission == Admission.HALTED
 
 
+def test_a_tenant_holding_its_slot_goes_on_when_the_rollout_halts_meanwhile() -> None:
+    """Its upgrade began before the halt (helm may have run it already, and its delivery retries
+    after a conflict on its status write): it goes on and records the chart it now runs. A halt
+    stops upgrades from starting. Seen in e2e-rollout: ro-03 took its slot beside ro-02, helm
+    upgraded it, ro-02's failure was recorded as the halt while ro-03's status write was retried,
+    and ro-03 ended Ready on the new chart with a status naming the old one."""
+    me = tenant(READY_AT_TARGET | {"valuesDigest": "old", "phase": "Provisioning"}, uid="me")
+    mine = Slot("rollout-slot-1", "me", "me", 1, TARGET, "8")
+    failed = tenant({"phase": "Failed"}, uid="u1")
+    halt = Slot(rollout.HALT_NAME, "a", "u1", 1, TARGET, "9")
+    slots = [("rollout-slot-0", slot(), failed), ("rollout-slot-1", mine, me)]
+    assert rollout.admit(me, slots, halt) == rollout.Decision(Admission.GO, "rollout-slot-1", why="holds rollout-slot-1")
+    assert rollout.admit(me, slots, None).admission == Admission.GO, "a failed neighbour halts no one already in"
+    other = tenant(READY_AT_TARGET | {"valuesDigest": "old"}, uid="other")
+    assert rollout.admit(other, slots, halt).admission == Admission.HALTED, "no one starts"
+    done = tenant(READY_AT_TARGET, uid="me")  # Ready at the slot's target: the slot is free, not held
+    assert rollout.admit(done, [("rollout-slot-1", mine, done)], halt).admission == Admission.HALTED
+
+
 def test_each_tenants_state() -> None:
     behind = tenant(READY_AT_TARGET | {"valuesDigest": "old"})
     assert rollout.state(tenant(READY_AT_TARGET), False, None, None) == State.DONE
