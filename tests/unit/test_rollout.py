@@ -152,7 +152,8 @@ def test_a_tenant_holding_its_slot_goes_on_when_the_rollout_halts_meanwhile() ->
     failed = tenant({"phase": "Failed"}, uid="u1")
     halt = Slot(rollout.HALT_NAME, "a", "u1", 1, TARGET, "9")
     slots = [("rollout-slot-0", slot(), failed), ("rollout-slot-1", mine, me)]
-    assert rollout.admit(me, slots, halt) == rollout.Decision(Admission.GO, "rollout-slot-1", why="holds rollout-slot-1")
+    going = rollout.Decision(Admission.GO, "rollout-slot-1", why="holds rollout-slot-1")
+    assert rollout.admit(me, slots, halt) == going
     assert rollout.admit(me, slots, None).admission == Admission.GO, "a failed neighbour halts no one already in"
     other = tenant(READY_AT_TARGET | {"valuesDigest": "old"}, uid="other")
     assert rollout.admit(other, slots, halt).admission == Admission.HALTED, "no one starts"
