@@ -128,6 +128,11 @@ def counting_helm(real: Path, folder: Path) -> tuple[Path, Path]:
     return wrapper, calls
 
 
+def received_at(entry: Mapping[str, Any]) -> float:
+    """When the API server received an audit entry's request (time.time())."""
+    return datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -552,7 +557,7 @@ def cost_table(
             continue
         if not entry.get("objectRef"):
             continue
-        at = datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        at = received_at(entry)
         if not any(b.during(at) for b in bursts):
             continue
         if eventing:

@@ -33,7 +33,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from shared.model.naming import (
@@ -46,7 +45,7 @@ from shared.model.naming import (
 )
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
-from .burst import EVENTING_CONTROLLER, cpu_by_part, lines
+from .burst import EVENTING_CONTROLLER, cpu_by_part, lines, received_at
 from .report import Table, table
 
 SOURCE = "vcluster-source"
@@ -164,8 +163,7 @@ def requests_between(stack: Stack, began: float, ended: float) -> Counter[str]:
         stage = "ResponseStarted" if entry.get("verb") == "watch" else "ResponseComplete"
         if entry.get("stage") != stage or not entry.get("objectRef"):
             continue
-        at = datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
-        if not began <= at <= ended:
+        if not began <= received_at(entry) <= ended:
             continue
         ref = entry["objectRef"]
         what = f"{entry['verb']} {ref['resource']}"
@@ -176,9 +174,9 @@ def requests_between(stack: Stack, began: float, ended: float) -> Counter[str]:
     return counts
 
 
-def step(stack: Stack, made: int, n: int) -> tuple[int, dict[str, str]]:
-    """Bring the labelled namespaces to ``n``; the last one is measured. Returns the new count made."""
-    apply(stack, [namespace(i) for i in range(made, n - 1)])
+def step(stack: Stack, there: int, n: int) -> dict[str, str]:
+    """Bring the labelled namespaces from ``there`` to ``n``; the last one is measured."""
+    apply(stack, [namespace(i) for i in range(there, n - 1)])
     wait_listed(stack, n - 1)
     running_before = adapter_running(stack)
     time.sleep(2 + n / 500)  # the adapter's start and its LISTs done: the window holds the new namespace alone
@@ -210,7 +208,7 @@ def step(stack: Stack, made: int, n: int) -> tuple[int, dict[str, str]]:
         "CPU s, Knative Eventing": f"{cpu.get('Knative Eventing (broker, channel, controllers)', 0.0):.2f}",
         "window (s)": f"{ended - began:.1f}",
     }
-    return n, row
+    return row
 
 
 def main(argv: Sequence[str]) -> list[Table]:
@@ -225,10 +223,8 @@ def main(argv: Sequence[str]) -> list[Table]:
     options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1, resync_at_start=False, log_level="WARNING")
     rows: list[dict[str, str]] = []
     with start_stack(options) as stack:
-        made = 0
-        for n in steps:
-            made, row = step(stack, made, n)
-            rows.append(row)
+        for there, n in zip([0, *steps], steps, strict=False):
+            rows.append(step(stack, there, n))
     keys = list(rows[0])
     return [
         table(
