@@ -27,13 +27,15 @@ removed by hand), older than ``ORPHAN_GRACE_SECONDS``      ``orphan``: cleanup r
 Failed (waiting for a person), or Ready with no drift     nothing
 ========================================================  =========================================
 
-The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm:
-it reads the StatefulSet and the two Secrets of each Ready Tenant and asks its vCluster's API
-(``shared.adapters.vcluster_api``), ``OBSERVERS`` Tenants at a time (a pass is bound by CPU, this
-process's most: ``bench resync`` prints where it goes), and lists the chart's namespace
-policies (ResourceQuota, LimitRange, NetworkPolicies, ``shared.model.isolation``) across the
-fleet in three calls. resync reads in a Tenant's namespace only what install grants it
-there (``shared.steps.access``: the StatefulSet and vcluster's Secret, by name); a Tenant made before
+The decision (``decide``) is pure. A pass over settled Tenants writes nothing and runs no helm.
+It reads the fleet in a fixed number of LISTs (``FleetReads``: the vCluster StatefulSets, the
+stored kubeconfigs, the chart's namespace policies: ResourceQuota, LimitRange, NetworkPolicies,
+``shared.model.isolation``), then, ``OBSERVERS`` Tenants at a time (a pass is bound by CPU, this
+process's most: ``bench resync`` prints where it goes), each Ready Tenant's vcluster Secret (the
+one read of its own; no identity of ours may list Secrets in a Tenant's namespace) and its
+vCluster's API (``shared.adapters.vcluster_api``). resync reads in a Tenant's namespace only what
+install grants it there (``shared.steps.access``: the StatefulSet and vcluster's Secret, by
+name; the StatefulSet only when the fleet's LIST did not find it); a Tenant made before
 that grant existed has none, and its reads are refused: resync sends it to install, which makes
 it (and changes nothing else of a settled Tenant), and looks again on the next tick. A Tenant
 being worked on at that moment may get a duplicate event, which the steps' idempotence and
@@ -67,9 +69,16 @@ from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
 from shared.model import event_types, health, lifecycle, rollout, service_range
-from shared.model.cluster import Rollout
+from shared.model.cluster import Rollout, StoredSecret
 from shared.model.isolation import PolicyObject, policy_objects
-from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY, tenant_name_in
+from shared.model.naming import (
+    KUBECONFIG_KEY,
+    LABEL_MANAGED_BY,
+    LABEL_TENANT_ID,
+    MANAGED_BY,
+    VCLUSTER_CONFIG_KEY,
+    tenant_name_in,
+)
 from shared.model.ownership import orphaned_by
 from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
 from shared.observability import logs, metrics
@@ -166,19 +175,44 @@ def observed(tenant: Tenant) -> bool:
     return tenant.ready_at_generation() and tenant.has_finalizer and not tenant.deleting
 
 
+@dataclass(frozen=True)
+class FleetReads:
+    """What a pass reads of every Tenant at once, in a fixed number of LISTs (a page of
+    ``PAGE`` at a time), so that a settled Tenant costs no request of its own on the API server
+    but its vcluster Secret's: the chart's namespace policies by namespace, the vCluster
+    StatefulSets by (namespace, name) (every StatefulSet carrying ``kubeopera.io/tenant-id``, as
+    install's values label it; the label on every release this project has made), and the stored
+    kubeconfigs in the Tenants' namespace by name (``managed-by``, the spec's label), each with
+    its ``kubeconfig`` key only. What a list lacks, ``observe`` asks for by name: a LIST is a
+    snapshot, and "not listed" proves nothing about an object made since or labelled otherwise."""
+
+    policies: set[tuple[str, PolicyObject]]
+    rollouts: Mapping[tuple[str, str], Rollout]
+    stored: Mapping[str, StoredSecret]
+
+    @classmethod
+    def read(cls, kube: Cluster, settings: Settings) -> FleetReads:
+        return cls(
+            policies=kube.list_policy_objects(),
+            rollouts=kube.list_rollouts(LABEL_TENANT_ID),
+            stored=kube.list_secrets(settings.tenant_namespace, f"{LABEL_MANAGED_BY}={MANAGED_BY}", (KUBECONFIG_KEY,)),
+        )
+
+
 def observe_all(
     kube: Cluster, settings: Settings, tenants: Sequence[Tenant], vcluster: VClusterProbe | None = None
 ) -> dict[str, Drift]:
-    """``observe`` of each Tenant that is ``observed``, ``OBSERVERS`` at a time, by key. Each read
-    runs in a copy of this context, so its span is a child of the tick's. A Tenant whose reads
-    fail is left out (logged; the next pass looks again): one odd Tenant never stops the pass."""
+    """``observe`` of each Tenant that is ``observed``, ``OBSERVERS`` at a time, by key, after
+    the fleet's reads (``FleetReads``). Each read runs in a copy of this context, so its span is a
+    child of the tick's. A Tenant whose reads fail is left out (logged; the next pass looks
+    again): one odd Tenant never stops the pass."""
     wanted = [t for t in tenants if observed(t)]
     if not wanted:
         return {}
-    policies = kube.list_policy_objects()
+    fleet = FleetReads.read(kube, settings)
     with ThreadPoolExecutor(max_workers=min(OBSERVERS, len(wanted)), thread_name_prefix="resync-observe") as pool:
         futures = [
-            pool.submit(contextvars.copy_context().run, _observe_or_none, kube, settings, t, policies, vcluster)
+            pool.submit(contextvars.copy_context().run, _observe_or_none, kube, settings, t, fleet, vcluster)
             for t in wanted
         ]
         found = {t.key: f.result() for t, f in zip(wanted, futures, strict=True)}
@@ -189,11 +223,11 @@ def _observe_or_none(
     kube: Cluster,
     settings: Settings,
     tenant: Tenant,
-    policies: set[tuple[str, PolicyObject]],
+    fleet: FleetReads,
     vcluster: VClusterProbe | None,
 ) -> Drift | None:
     try:
-        return observe(kube, settings, tenant, policies, vcluster)
+        return observe(kube, settings, tenant, fleet, vcluster)
     except TenantError as err:
         extra = {"tenant": tenant.key, "error": str(err)}
         log.warning("could not read the Tenant's vCluster; the next pass looks again", extra=extra)
@@ -204,24 +238,29 @@ def observe(
     kube: Cluster,
     settings: Settings,
     tenant: Tenant,
-    policies: set[tuple[str, PolicyObject]],
+    fleet: FleetReads,
     vcluster: VClusterProbe | None = None,
 ) -> Drift:
-    """The Tenant's vCluster as it is: three reads, ``policies`` (every namespace's, listed once a
-    pass) for what the chart rendered in its namespace, and, with ``vcluster``, its API asked
-    through the stored kubeconfig when a control-plane pod is ready (one TLS connection; None:
-    not asked, availability then follows the pod alone)."""
+    """The Tenant's vCluster as it is: its StatefulSet and stored kubeconfig as the fleet's reads
+    found them (asked for by name when they did not), vcluster's Secret (one read), what the
+    chart rendered in its namespace, and, with ``vcluster``, its API asked through the stored
+    kubeconfig when a control-plane pod is ready (one TLS connection; None: not asked,
+    availability then follows the pod alone)."""
     names = tenant.spec.names
     try:  # through the Role install makes in the namespace (shared.steps.access)
-        rollout = kube.get_rollout(names.namespace, names.release)
+        rollout = fleet.rollouts.get((names.namespace, names.release)) or kube.get_rollout(
+            names.namespace, names.release
+        )
         written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
     except Forbidden as err:
         refused = {"tenant": tenant.key, "error": str(err)}
         log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
         return Drift(release_present=True, kubeconfig_current=True, granted=False)
-    stored = kube.get_secret(settings.tenant_namespace, names.kubeconfig_secret)
+    stored = fleet.stored.get(names.kubeconfig_secret) or kube.get_secret(
+        settings.tenant_namespace, names.kubeconfig_secret
+    )
     current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
-    missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in policies)
+    missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in fleet.policies)
     expires = certificates.client_certificate_expiry(written) if written is not None else None
     config = stored.data.get(KUBECONFIG_KEY) if stored is not None else None
     api_missing = None

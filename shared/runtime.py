@@ -22,7 +22,7 @@ once, in ``create_app``, and its threads share the clients.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,7 +33,7 @@ from shared.adapters.vcluster_api import VClusterApi, VClusterProbe
 from shared.delivery.senders import Review, SenderCheck, SenderPolicy
 from shared.delivery.sink import Sink
 from shared.errors import PermanentError, TemporaryError
-from shared.model.cluster import OwnedNamespace, Rollout, Volume
+from shared.model.cluster import OwnedNamespace, Rollout, StoredSecret, Volume
 from shared.model.isolation import PolicyObject
 from shared.model.release import ReleaseState
 from shared.model.tenant import Tenant, TenantRef
@@ -63,6 +63,8 @@ class Cluster(AccessApi, ClaimSource, Leases, RecordSource, RolloutKube, Rotatio
     def create_namespace(self, name: str, labels: Mapping[str, str]) -> bool: ...
     def delete_namespace(self, name: str) -> None: ...
     def get_rollout(self, namespace: str, name: str) -> Rollout | None: ...
+    def list_rollouts(self, label_selector: str) -> dict[tuple[str, str], Rollout]: ...
+    def list_secrets(self, namespace: str, label_selector: str, keys: Collection[str]) -> dict[str, StoredSecret]: ...
     def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]: ...
     def volumes_claimed_in(self, namespace: str) -> list[Volume]: ...
     def delete_volume(self, name: str, resource_version: str) -> None: ...

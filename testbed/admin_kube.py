@@ -23,7 +23,7 @@ class AdminKube(Kube):
         namespace = obj["metadata"]["namespace"]
         return dict(self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, dict(obj)))
 
-    def list_secrets(self, label_selector: str) -> list[tuple[str, str, str, dict[str, str]]]:
+    def list_secrets_everywhere(self, label_selector: str) -> list[tuple[str, str, str, dict[str, str]]]:
         """(namespace, name, uid, labels) of every Secret matching the selector, in all namespaces."""
         found = self._core.list_secret_for_all_namespaces(label_selector=label_selector)
         return [

@@ -346,7 +346,7 @@ class VClusterStandIn:
         release deployed, or the vCluster crash-loops)."""
         records = [
             name
-            for ns, name, _, labels in self._kube.list_secrets(f"{RELEASE_SELECTOR},name={release}")
+            for ns, name, _, labels in self._kube.list_secrets_everywhere(f"{RELEASE_SELECTOR},name={release}")
             if ns == namespace
         ]
         if not records:

@@ -202,7 +202,7 @@ def kill_midway(kube: AdminKube, release: str, status: str, kill_worker: bool = 
         except ProcessLookupError:
             break
         try:
-            if kube.list_secrets(f"owner=helm,name={release},status={status}"):
+            if kube.list_secrets_everywhere(f"owner=helm,name={release},status={status}"):
                 os.kill(target, signal.SIGKILL)
                 return True
         finally:

@@ -305,8 +305,9 @@ def test_secrets_are_readable_only_where_install_granted_it(
 
         # resync: the StatefulSet and vcluster's Secret there, through the Role install made
         resync_kube = clients["tenant-resync"]
-        policies = resync_kube.list_policy_objects()  # fleet-wide, as a pass lists them
-        seen = resync.observe(resync_kube, settings, tenant, policies)
+        fleet = resync.FleetReads.read(resync_kube, settings)  # fleet-wide, as a pass lists them
+        assert (names.namespace, names.release) in fleet.rollouts and names.kubeconfig_secret in fleet.stored
+        seen = resync.observe(resync_kube, settings, tenant, fleet)
         assert seen.granted and seen.kubeconfig_current and seen.policies_missing == ()
         sts = k8s.AppsV1Api(admin.api_client).list_namespaced_stateful_set(names.namespace).items
         assert seen.release_present == any(s.metadata.name == names.release for s in sts)

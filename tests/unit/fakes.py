@@ -21,7 +21,7 @@ import gzip
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -170,6 +170,7 @@ class FakeKube:
         self.leases: dict[tuple[str, str], str] = {}  # (namespace, name) -> holder; a lock, not in the journal
         self.claims: dict[tuple[str, str], Marker] = {}  # Leases cloudspace-<id> (shared.steps.claims)
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
+        self.unlabelled: set[tuple[str, str]] = set()  # StatefulSets no label selector finds (made by hand)
         self.service_ranges: list[tuple[str, list[str]]] | None = [("kubernetes", ["10.0.0.0/24"])]
         self.policies: set[tuple[str, PolicyObject]] = set()
         self.volumes: dict[
@@ -398,6 +399,11 @@ class FakeKube:
         _tally(self.calls, "get_rollout")
         return self.rollouts.get((namespace, name))
 
+    def list_rollouts(self, label_selector: str) -> dict[tuple[str, str], Rollout]:
+        """Every StatefulSet but the ``unlabelled`` (install's values label each one it makes)."""
+        _tally(self.calls, "list_rollouts")
+        return {key: rollout for key, rollout in self.rollouts.items() if key not in self.unlabelled}
+
     def restart_rollout(self, namespace: str, name: str, at: str) -> int | None:
         """A new generation of the pod template; its controller has not rolled it out yet."""
         _tally(self.calls, "restart_rollout")
@@ -576,6 +582,18 @@ class FakeKube:
                 meta = SecretMeta(name, secret["type"], dict(secret["labels"]))
                 found.append(SecretRecord(meta, secret["data"].get("release")))
         return found
+
+    def list_secrets(self, namespace: str, label_selector: str, keys: Collection[str]) -> dict[str, StoredSecret]:
+        """The Secrets in ``namespace`` whose labels match ``key=value,...``, with ``keys`` of their data."""
+        _tally(self.calls, "list_secrets")
+        wanted = dict(part.split("=", 1) for part in label_selector.split(","))
+        return {
+            name: StoredSecret(
+                dict(found["labels"]), {k: v for k, v in found["data"].items() if k in keys}, found["resourceVersion"]
+            )
+            for (ns, name), found in self.secrets.items()
+            if ns == namespace and wanted.items() <= found["labels"].items()
+        }
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         _tally(self.calls, "get_secret")

@@ -24,7 +24,7 @@ from flask import Flask
 from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
-from functions.resync import CLEANUP_STALL_SECONDS, Drift, Redrive, create_app, decide, resync
+from functions.resync import CLEANUP_STALL_SECONDS, Drift, FleetReads, Redrive, create_app, decide, resync
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
@@ -364,21 +364,78 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
     assert sink.sent == []
     assert kube.journal == []
     assert kube.writes == writes
-    # per pass one list of Tenants, one of the chart's policies (three LISTs in the adapter) and
-    # one of the owned namespaces (orphans), the rollout's Leases (its two slots and the halt
-    # record: none there, and no Tenant behind); per Ready Tenant its StatefulSet and the two Secrets
+    # per pass one list of Tenants, one of the chart's policies (three LISTs in the adapter), one
+    # of the vCluster StatefulSets, one of the stored kubeconfigs and one of the owned namespaces
+    # (orphans), the rollout's Leases (its two slots and the halt record: none there, and no
+    # Tenant behind); per Ready Tenant only vcluster's Secret, which no list may read
     assert kube.calls == Counter(
         {
             "get_claim": 6,
             "list_tenants": 2,
             "list_policy_objects": 2,
+            "list_rollouts": 2,
+            "list_secrets": 2,
             "list_owned_namespaces": 2,
-            "get_rollout": 6,
-            "get_secret": 6,
             "read_secret_key": 6,
         }
     )
     assert helm.calls == Counter() and helm.operations == operations
+
+
+@pytest.mark.parametrize(
+    ("gone", "expected"),
+    [
+        pytest.param(False, {}, id="there-unlabelled"),
+        pytest.param(True, {"REINSTALL": 1}, id="gone"),
+    ],
+)
+def test_a_statefulset_the_list_did_not_find_is_asked_for_by_name(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, gone: bool, expected: dict[str, int]
+) -> None:
+    """The fleet's LIST selects by label: a StatefulSet without it (made by hand, or by a version
+    that did not label it) is still bob's release, and only a read by name may call it gone."""
+    ready(kube, helm)
+    kube.unlabelled.add((BOB_NS, BOB_RELEASE))
+    if gone:
+        del kube.rollouts[(BOB_NS, BOB_RELEASE)]
+    kube.calls.clear()
+
+    assert resync(kube, sink, SETTINGS) == expected
+    assert kube.calls["get_rollout"] == 1
+
+
+@pytest.mark.parametrize(
+    ("gone", "expected"),
+    [
+        pytest.param(False, {}, id="made-after-the-list"),
+        pytest.param(True, {"STORE": 1}, id="gone"),
+    ],
+)
+def test_a_stored_kubeconfig_the_list_did_not_find_is_asked_for_by_name(
+    kube: FakeKube,
+    helm: FakeHelm,
+    sink: FakeSink,
+    monkeypatch: pytest.MonkeyPatch,
+    gone: bool,
+    expected: dict[str, int],
+) -> None:
+    """A LIST is a snapshot: a kubeconfig stored after it (or relabelled by hand) is not missing
+    until a read by name says so; only then is it stored again."""
+    ready(kube, helm)
+    monkeypatch.setattr(kube, "list_secrets", lambda namespace, label_selector, keys: {})
+    if gone:
+        del kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]
+    kube.calls.clear()
+
+    assert resync(kube, sink, SETTINGS) == expected
+    assert kube.calls["get_secret"] == 1
+
+
+def test_the_fleets_lists_keep_only_the_stored_kubeconfig_key(kube: FakeKube, helm: FakeHelm) -> None:
+    ready(kube, helm)
+    fleet = FleetReads.read(kube, SETTINGS)
+    assert {name: set(secret.data) for name, secret in fleet.stored.items()} == {BOB_SECRET: {KUBECONFIG_KEY}}
+    assert set(fleet.rollouts) == {(BOB_NS, BOB_RELEASE)}
 
 
 def test_one_tenant_whose_reads_fail_does_not_stop_the_pass_for_the_others(

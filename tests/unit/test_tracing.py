@@ -194,17 +194,17 @@ def test_tracing_is_off_unless_an_endpoint_is_set() -> None:
 
 
 class TracedKube(FakeKube):
-    """A FakeKube whose StatefulSet read opens a client span, as the real adapter's does, and
-    notes the thread it ran on."""
+    """A FakeKube whose read of vcluster's Secret (resync's one read per Tenant) opens a client
+    span, as the real adapter's does, and notes the thread it ran on."""
 
     def __init__(self) -> None:
         super().__init__()
         self.threads: set[str] = set()
 
-    def get_rollout(self, namespace: str, name: str) -> Rollout | None:
-        with tracing.client_span("k8s get statefulset"):
+    def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
+        with tracing.client_span("k8s get secret"):
             self.threads.add(threading.current_thread().name)
-            return super().get_rollout(namespace, name)
+            return super().read_secret_key(namespace, name, key)
 
 
 def test_resyncs_reads_on_its_worker_threads_are_children_of_the_tick(spans: InMemorySpanExporter) -> None:
@@ -226,7 +226,7 @@ def test_resyncs_reads_on_its_worker_threads_are_children_of_the_tick(spans: InM
         f"{TENANT_NAMESPACE}/{name}": bool(i % 2) for i, name in enumerate(names)
     }
     assert len(kube.threads) > 1 and all(t.startswith("resync-observe") for t in kube.threads)
-    reads = [s for s in spans.get_finished_spans() if s.name == "k8s get statefulset"]
+    reads = [s for s in spans.get_finished_spans() if s.name == "k8s get secret"]
     assert len(reads) == len(names)
     tick_context = tick.get_span_context()
     assert all(s.parent is not None and s.parent.span_id == tick_context.span_id for s in reads)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import urllib3
@@ -126,17 +126,18 @@ def as_json(response: Any) -> dict[str, Any]:
     return found
 
 
-def paged(what: str, fetch: Callable[..., Any]) -> list[dict[str, Any]]:
+def paged(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
     """Every item of a LIST as JSON, ``PAGE`` at a time: ``fetch`` is called with ``limit``,
-    ``_continue`` and ``_preload_content``, until the API server gives no ``continue`` token."""
-    items: list[dict[str, Any]] = []
+    ``_continue`` and ``_preload_content``, until the API server gives no ``continue`` token.
+    A page is asked for when the one before has been consumed, and let go then: a caller that
+    keeps a little of each item never holds more than one page as JSON."""
     token: str | None = None
     while True:
         page = call(what, functools.partial(_page, fetch, token))
-        items.extend(page.get("items") or [])
+        yield from page.get("items") or []
         token = page.get("metadata", {}).get("continue") or None
         if token is None:
-            return items
+            return
 
 
 def _page(fetch: Callable[..., Any], token: str | None) -> dict[str, Any]:

@@ -5,10 +5,11 @@ key) and the vCluster's exported kubeconfig. Their contents never reach a log li
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import functools
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from shared.adapters.kube.calls import Apis, as_json, call, found_or_none, precondition, unless_absent
+from shared.adapters.kube.calls import Apis, as_json, call, found_or_none, paged, precondition, unless_absent
 from shared.adapters.kube.client import k8s
 from shared.adapters.release import SecretMeta, SecretRecord
 from shared.model.cluster import StoredSecret
@@ -58,13 +59,17 @@ class Secrets(Apis):
             f"get secret {namespace}/{name}",
             lambda: as_json(self._core.read_namespaced_secret(name, namespace, _preload_content=False)),
         )
-        if secret is None:
-            return None
-        return StoredSecret(
-            labels=dict(secret["metadata"].get("labels") or {}),
-            data={k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()},
-            resource_version=str(secret["metadata"]["resourceVersion"]),
+        return None if secret is None else _stored(secret)
+
+    def list_secrets(self, namespace: str, label_selector: str, keys: Collection[str]) -> dict[str, StoredSecret]:
+        """Each Secret in ``namespace`` matching ``label_selector``, by name, with only ``keys`` of
+        its data (what the caller compares; the rest is dropped as it is read): one LIST, a page
+        of ``PAGE`` at a time; a 403 is ``Forbidden``."""
+        items = paged(
+            f"list secrets {namespace} {label_selector}",
+            functools.partial(self._core.list_namespaced_secret, namespace, label_selector=label_selector),
         )
+        return {str(i["metadata"]["name"]): _stored(i, keys) for i in items}
 
     def write_secret(
         self,
@@ -95,3 +100,13 @@ class Secrets(Apis):
             lambda: self._core.delete_namespaced_secret(name, namespace, body=options),
         )
 
+
+
+def _stored(secret: Mapping[str, Any], keys: Collection[str] | None = None) -> StoredSecret:
+    """A Secret as JSON from the API server, decoded (``keys`` of its data only, if given)."""
+    data = secret.get("data") or {}
+    return StoredSecret(
+        labels=dict(secret["metadata"].get("labels") or {}),
+        data={k: base64.b64decode(v) for k, v in data.items() if keys is None or k in keys},
+        resource_version=str(secret["metadata"]["resourceVersion"]),
+    )

@@ -60,12 +60,14 @@ class Tenants(Apis):
 
     def list_tenant_objects(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace:
-            return paged(
-                "list tenants",
-                functools.partial(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
+            return list(
+                paged(
+                    "list tenants",
+                    functools.partial(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
+                )
             )
-        return paged(
-            "list tenants", functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        return list(
+            paged("list tenants", functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL))
         )
 
     def patch_tenant_status(self, tenant: Tenant, update: StatusUpdate) -> Tenant:

@@ -1,9 +1,13 @@
-"""The vCluster's StatefulSet: its rollout as its controller reports it, and a restart.
+"""The vCluster's StatefulSet: its rollout as its controller reports it (one, or the fleet's in
+one LIST), and a restart.
 """
 
 from __future__ import annotations
 
-from shared.adapters.kube.calls import Apis, as_json, found_or_none
+import functools
+from typing import Any
+
+from shared.adapters.kube.calls import Apis, as_json, found_or_none, paged
 from shared.model.cluster import Rollout
 
 # The pod-template annotation ``kubectl rollout restart`` sets: its change rolls the pods.
@@ -20,16 +24,16 @@ class Workloads(Apis):
             f"get statefulset {namespace}/{name}",
             lambda: as_json(self._apps.read_namespaced_stateful_set(name, namespace, _preload_content=False)),
         )
-        if sts is None:
-            return None
-        spec, status = sts.get("spec", {}), sts.get("status", {})
-        return Rollout(
-            generation=int(sts["metadata"].get("generation") or 0),
-            observed_generation=int(status.get("observedGeneration") or 0),
-            replicas=int(spec["replicas"] if spec.get("replicas") is not None else 1),
-            ready_replicas=int(status.get("readyReplicas") or 0),
-            updated_replicas=int(status.get("updatedReplicas") or 0),
+        return None if sts is None else _rollout(sts)
+
+    def list_rollouts(self, label_selector: str) -> dict[tuple[str, str], Rollout]:
+        """The rollout of every StatefulSet matching ``label_selector`` in every namespace, by
+        (namespace, name): one LIST, a page of ``PAGE`` at a time, however many there are."""
+        items = paged(
+            f"list statefulsets (all namespaces) {label_selector}",
+            functools.partial(self._apps.list_stateful_set_for_all_namespaces, label_selector=label_selector),
         )
+        return {(str(i["metadata"]["namespace"]), str(i["metadata"]["name"])): _rollout(i) for i in items}
 
     def restart_rollout(self, namespace: str, name: str, at: str) -> int | None:
         """Restart StatefulSet ``name``'s pods as ``kubectl rollout restart`` does (the pod
@@ -43,3 +47,14 @@ class Workloads(Apis):
         )
         return None if sts is None else int(sts.metadata.generation or 0)
 
+
+
+def _rollout(sts: dict[str, Any]) -> Rollout:
+    spec, status = sts.get("spec", {}), sts.get("status", {})
+    return Rollout(
+        generation=int(sts["metadata"].get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
+        replicas=int(spec["replicas"] if spec.get("replicas") is not None else 1),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        updated_replicas=int(status.get("updatedReplicas") or 0),
+    )
