@@ -54,11 +54,12 @@ import contextvars
 import dataclasses
 import enum
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from cloudevents.core.base import BaseCloudEvent
@@ -69,7 +70,7 @@ from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
 from shared.model import event_types, health, lifecycle, rollout, service_range
-from shared.model.cluster import Rollout, StoredSecret
+from shared.model.cluster import Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import (
     KUBECONFIG_KEY,
@@ -182,21 +183,30 @@ class FleetReads:
     but its vcluster Secret's: the chart's namespace policies by namespace, the vCluster
     StatefulSets by (namespace, name) (every StatefulSet carrying ``kubeopera.io/tenant-id``, as
     install's values label it; the label on every release this project has made), and the stored
-    kubeconfigs in the Tenants' namespace by name (``managed-by``, the spec's label), each with
-    its ``kubeconfig`` key only. What a list lacks, ``observe`` asks for by name: a LIST is a
-    snapshot, and "not listed" proves nothing about an object made since or labelled otherwise."""
+    kubeconfigs in the Tenants' namespace by name (``managed-by``, the spec's label), each kept
+    as the digest of its ``kubeconfig`` key (None: no such key), so that a pass holds a few bytes
+    per Tenant however large the fleet. What a list lacks, ``observe`` asks for by name: a LIST
+    is a snapshot, and "not listed" proves nothing about an object made since or labelled
+    otherwise."""
 
     policies: set[tuple[str, PolicyObject]]
     rollouts: Mapping[tuple[str, str], Rollout]
-    stored: Mapping[str, StoredSecret]
+    stored: Mapping[str, str | None]
 
     @classmethod
     def read(cls, kube: Cluster, settings: Settings) -> FleetReads:
+        selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        secrets = kube.iter_secrets(settings.tenant_namespace, selector, (KUBECONFIG_KEY,))
         return cls(
             policies=kube.list_policy_objects(),
             rollouts=kube.list_rollouts(LABEL_TENANT_ID),
-            stored=kube.list_secrets(settings.tenant_namespace, f"{LABEL_MANAGED_BY}={MANAGED_BY}", (KUBECONFIG_KEY,)),
+            stored={name: digest(secret.data.get(KUBECONFIG_KEY)) for name, secret in secrets},
         )
+
+
+def digest(config: bytes | None) -> str | None:
+    """What a pass keeps of a kubeconfig to compare it: its SHA-256 (None for none)."""
+    return None if config is None else hashlib.sha256(config).hexdigest()
 
 
 def observe_all(
@@ -256,16 +266,16 @@ def observe(
         refused = {"tenant": tenant.key, "error": str(err)}
         log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
         return Drift(release_present=True, kubeconfig_current=True, granted=False)
-    stored = fleet.stored.get(names.kubeconfig_secret) or kube.get_secret(
-        settings.tenant_namespace, names.kubeconfig_secret
-    )
-    current = stored is not None and (written is None or stored.data.get(KUBECONFIG_KEY) == written)
+    stored = _stored(kube, settings, fleet, names.kubeconfig_secret)
+    current = stored.present and (written is None or stored.digest == digest(written))
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in fleet.policies)
     expires = certificates.client_certificate_expiry(written) if written is not None else None
-    config = stored.data.get(KUBECONFIG_KEY) if stored is not None else None
     api_missing = None
-    if vcluster is not None and config is not None and rollout is not None and rollout.ready_replicas > 0:
-        api_missing = vcluster.missing(config)
+    if vcluster is not None and stored.present and rollout is not None and rollout.ready_replicas > 0:
+        # the stored kubeconfig, as kubeopera-api hands it out: when it is vcluster's, the bytes
+        # just read; otherwise read by name (a drifted Tenant, or vcluster's Secret being rewritten)
+        config = written if current and written is not None else stored.config(kube, settings.tenant_namespace)
+        api_missing = vcluster.missing(config) if config is not None else None
     return Drift(
         release_present=rollout is not None,
         kubeconfig_current=current,
@@ -274,6 +284,33 @@ def observe(
         rollout=rollout,
         api_missing=api_missing,
     )
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A Tenant's stored kubeconfig as a pass knows it: whether the Secret exists, its key's
+    digest, and its bytes when they were read by name (``config`` reads them if not)."""
+
+    name: str
+    present: bool
+    digest: str | None
+    fetched: bool = False  # read by name: ``read`` holds its key's bytes (None: no such key)
+    read: bytes | None = field(default=None, repr=False)
+
+    def config(self, kube: Cluster, namespace: str) -> bytes | None:
+        if self.fetched or not self.present:
+            return self.read
+        found = kube.get_secret(namespace, self.name)
+        return found.data.get(KUBECONFIG_KEY) if found is not None else None
+
+
+def _stored(kube: Cluster, settings: Settings, fleet: FleetReads, name: str) -> _Stored:
+    """The stored kubeconfig ``name`` as the fleet's LIST found it, or as a read by name finds it."""
+    if name in fleet.stored:
+        return _Stored(name, True, fleet.stored[name])
+    found = kube.get_secret(settings.tenant_namespace, name)  # made since the LIST, or labelled otherwise
+    config = found.data.get(KUBECONFIG_KEY) if found is not None else None
+    return _Stored(name, found is not None, digest(config), fetched=True, read=config)
 
 
 def resync(

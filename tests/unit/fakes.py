@@ -21,7 +21,7 @@ import gzip
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -583,17 +583,17 @@ class FakeKube:
                 found.append(SecretRecord(meta, secret["data"].get("release")))
         return found
 
-    def list_secrets(self, namespace: str, label_selector: str, keys: Collection[str]) -> dict[str, StoredSecret]:
-        """The Secrets in ``namespace`` whose labels match ``key=value,...``, with ``keys`` of their data."""
-        _tally(self.calls, "list_secrets")
+    def iter_secrets(
+        self, namespace: str, label_selector: str, keys: Collection[str]
+    ) -> Iterator[tuple[str, StoredSecret]]:
+        """(name, Secret) of each Secret in ``namespace`` whose labels match ``key=value,...``,
+        with ``keys`` of its data."""
+        _tally(self.calls, "iter_secrets")
         wanted = dict(part.split("=", 1) for part in label_selector.split(","))
-        return {
-            name: StoredSecret(
-                dict(found["labels"]), {k: v for k, v in found["data"].items() if k in keys}, found["resourceVersion"]
-            )
-            for (ns, name), found in self.secrets.items()
-            if ns == namespace and wanted.items() <= found["labels"].items()
-        }
+        for (ns, name), found in list(self.secrets.items()):
+            if ns == namespace and wanted.items() <= found["labels"].items():
+                data = {k: v for k, v in found["data"].items() if k in keys}
+                yield name, StoredSecret(dict(found["labels"]), data, found["resourceVersion"])
 
     def get_secret(self, namespace: str, name: str) -> StoredSecret | None:
         _tally(self.calls, "get_secret")

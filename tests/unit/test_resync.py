@@ -9,6 +9,7 @@ chain leaves behind. No cluster, helm or Go tool is involved.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import Counter
@@ -374,7 +375,7 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
             "list_tenants": 2,
             "list_policy_objects": 2,
             "list_rollouts": 2,
-            "list_secrets": 2,
+            "iter_secrets": 2,
             "list_owned_namespaces": 2,
             "read_secret_key": 6,
         }
@@ -422,7 +423,7 @@ def test_a_stored_kubeconfig_the_list_did_not_find_is_asked_for_by_name(
     """A LIST is a snapshot: a kubeconfig stored after it (or relabelled by hand) is not missing
     until a read by name says so; only then is it stored again."""
     ready(kube, helm)
-    monkeypatch.setattr(kube, "list_secrets", lambda namespace, label_selector, keys: {})
+    monkeypatch.setattr(kube, "iter_secrets", lambda namespace, label_selector, keys: iter(()))
     if gone:
         del kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]
     kube.calls.clear()
@@ -431,10 +432,12 @@ def test_a_stored_kubeconfig_the_list_did_not_find_is_asked_for_by_name(
     assert kube.calls["get_secret"] == 1
 
 
-def test_the_fleets_lists_keep_only_the_stored_kubeconfig_key(kube: FakeKube, helm: FakeHelm) -> None:
+def test_the_fleets_lists_keep_a_digest_of_each_stored_kubeconfig(kube: FakeKube, helm: FakeHelm) -> None:
+    """A few bytes per Tenant, however large the fleet: its stored kubeconfig's digest, not its bytes."""
     ready(kube, helm)
     fleet = FleetReads.read(kube, SETTINGS)
-    assert {name: set(secret.data) for name, secret in fleet.stored.items()} == {BOB_SECRET: {KUBECONFIG_KEY}}
+    stored = kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"][KUBECONFIG_KEY]
+    assert fleet.stored == {BOB_SECRET: hashlib.sha256(stored).hexdigest()}
     assert set(fleet.rollouts) == {(BOB_NS, BOB_RELEASE)}
 
 
@@ -1114,9 +1117,10 @@ def test_a_control_plane_with_no_ready_pod_makes_it_unavailable_once_and_availab
 
     assert resync(kube, sink, SETTINGS) == {"AVAILABILITY": 1}
     assert availability_of(kube) == ("False", "ControlPlaneNotReady")
-    assert "no pod of the vCluster's control plane is ready (0/1 ready)" in live(kube).status.condition(
-        "VClusterAvailable"
-    ).message  # type: ignore[union-attr]
+    assert (
+        "no pod of the vCluster's control plane is ready (0/1 ready)"
+        in live(kube).status.condition("VClusterAvailable").message
+    )  # type: ignore[union-attr]
     assert kube.event_reasons()[-1] == "VClusterUnavailable"
     assert live(kube).status.phase == "Ready"  # the phase says what provisioning reached; it stays
     assert (vclusters_counted("true"), vclusters_counted("false")) == (0, 1)
@@ -1178,9 +1182,11 @@ def test_a_stored_kubeconfig_that_still_works_but_is_not_vclusters_is_stored_aga
     ready(kube, helm)
     api = FakeVClusterApi()  # answers with any kubeconfig
     kube.secrets[(BOB_NS, BOB_VC_SECRET)]["data"][VCLUSTER_CONFIG_KEY] = b"apiVersion: v1\nkind: Config\n# new\n"
+    stored = kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"][KUBECONFIG_KEY]
     kube.calls.clear()
     assert resync(kube, sink, SETTINGS, vcluster=api) == {"STORE": 1}
-    assert kube.calls["read_secret_key"] == 1 and len(api.asked) == 1
+    assert kube.calls["read_secret_key"] == 1 and api.asked == [stored], "the stored copy, read by name to be asked"
+    assert kube.calls["get_secret"] == 1
     assert [e.get_type() for e in sink.sent] == [event_types.READY]
 
 

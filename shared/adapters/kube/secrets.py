@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from shared.adapters.kube.calls import Apis, as_json, call, found_or_none, paged, precondition, unless_absent
@@ -61,15 +61,18 @@ class Secrets(Apis):
         )
         return None if secret is None else _stored(secret)
 
-    def list_secrets(self, namespace: str, label_selector: str, keys: Collection[str]) -> dict[str, StoredSecret]:
-        """Each Secret in ``namespace`` matching ``label_selector``, by name, with only ``keys`` of
-        its data (what the caller compares; the rest is dropped as it is read): one LIST, a page
-        of ``PAGE`` at a time; a 403 is ``Forbidden``."""
+    def iter_secrets(
+        self, namespace: str, label_selector: str, keys: Collection[str]
+    ) -> Iterator[tuple[str, StoredSecret]]:
+        """(name, Secret) of each Secret in ``namespace`` matching ``label_selector``, with only
+        ``keys`` of its data (the rest is dropped as it is read): one LIST, a page of ``PAGE`` at
+        a time, each asked for when the one before has been consumed; a 403 is ``Forbidden``."""
         items = paged(
             f"list secrets {namespace} {label_selector}",
             functools.partial(self._core.list_namespaced_secret, namespace, label_selector=label_selector),
         )
-        return {str(i["metadata"]["name"]): _stored(i, keys) for i in items}
+        for item in items:
+            yield str(item["metadata"]["name"]), _stored(item, keys)
 
     def write_secret(
         self,
