@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -12,11 +13,13 @@ from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any, TypeVar
 
+import requests
 import yaml
 
 from shared.adapters.kube import Kube
+from shared.delivery import events
 from shared.model import lifecycle
-from shared.model.tenant import Tenant, rfc3339
+from shared.model.tenant import Tenant, TenantRef, rfc3339
 from testbed.knative.broker_watch import Delivery
 from testbed.local.stack import TENANT_NAMESPACE, Stack
 from testbed.processes import run
@@ -189,19 +192,55 @@ def legacy_namespace(pipeline: Stack, tenant: str, cloud_space_id: str) -> None:
 
 
 def trigger_dispatched(pipeline: Stack, trigger: str, retry: int | None = None) -> bool:
-    """Whether the in-memory channel's dispatcher delivers to ``trigger``'s subscriber (with
-    ``retry`` retries, when given): the Subscription's delivery copied into the channel's spec, and
-    the channel reporting that generation ready. A Trigger's change is in force only then."""
+    """Whether the in-memory channel reports delivering to ``trigger``'s subscriber (with
+    ``retry`` retries, when given): the Subscription's delivery copied into the channel's spec,
+    the subscriber reported ready at that generation, and the channel itself Ready at its
+    generation. Knative's dispatcher (v0.48.0) reports a subscriber ready even when it skipped
+    the channel for not being Ready, and applies it only once it is: so this is necessary, not
+    sufficient (``trigger_delivers`` proves it)."""
     channels = json.loads(pipeline.kubectl("get", "inmemorychannels", "-n", TENANT_NAMESPACE, "-o", "json"))
     for channel in channels["items"]:
-        ready = {s["uid"]: s for s in channel.get("status", {}).get("subscribers", [])}
+        status = channel.get("status", {})
+        settled = status.get("observedGeneration") == channel["metadata"]["generation"] and any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+        )
+        ready = {s["uid"]: s for s in status.get("subscribers", [])}
         for sub in channel["spec"].get("subscribers", []):
             if trigger in sub.get("subscriberUri", "") and (
                 retry is None or sub.get("delivery", {}).get("retry") == retry
             ):
                 seen = ready.get(sub["uid"], {})
-                return seen.get("observedGeneration") == sub.get("generation") and seen.get("ready") == "True"
+                current = seen.get("observedGeneration") == sub.get("generation")
+                return settled and current and seen.get("ready") == "True"
     return False
+
+
+def trigger_delivers(pipeline: Stack, trigger: str, event_type: str, timeout: float = 60) -> None:
+    """Wait until an event of ``event_type`` sent to the Broker now reaches ``trigger``'s
+    subscriber: a probe about a Tenant that does not exist (the step reads it, finds nothing and
+    answers 204), sent as resync sends its re-drives, again every few seconds until one arrives.
+    After a Trigger's change, Knative deletes its Subscription and makes a new one; until the
+    channel's dispatcher has applied the new one, an event for that Trigger goes nowhere."""
+    deadline = time.monotonic() + timeout
+    sent: set[str] = set()
+    while time.monotonic() < deadline:
+        ref = TenantRef(TENANT_NAMESPACE, f"probe-{uuid.uuid4().hex[:8]}", str(uuid.uuid4()), 1)
+        headers, body = events.to_binary(events.make(event_type, "e2e-probe", ref))
+        identity = pipeline.source_identity("sinkbinding", "tenant-resync") if pipeline.sender_identity else ""
+        headers |= pipeline.sender_authorization(identity) if identity else {}
+        session = requests.Session()
+        session.trust_env = False
+        session.post(pipeline.ingress_url, headers=headers, data=body, timeout=10).raise_for_status()
+        sent.add(ref.key)
+        until = min(deadline, time.monotonic() + 5)
+        while time.monotonic() < until:
+            if any(
+                d.trigger == trigger and d.target == "subscriber" and d.subject in sent and 200 <= d.status < 300
+                for d in pipeline.watch.deliveries()
+            ):
+                return
+            time.sleep(0.2)
+    raise AssertionError(f"no {event_type} probe reached {trigger}'s subscriber within {timeout:g}s")
 
 
 def trigger_reconciled(pipeline: Stack, trigger: str) -> bool:

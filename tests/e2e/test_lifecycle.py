@@ -51,6 +51,7 @@ from .support import (
     ready_and_announced,
     tenant_events,
     tenant_yaml,
+    trigger_delivers,
     trigger_dispatched,
     wait_for,
 )
@@ -607,7 +608,10 @@ def install_retries(pipeline: Stack, retry: int) -> Iterator[None]:
     shipped budget (13 retries, 156 s and more) outlasts the longest helm run, too long to wait for
     here; how the broker gives up and what dead-letter does then do not depend on its length. Each
     change is waited for until the in-memory channel's dispatcher has it (the Subscription's
-    delivery copied into the channel's spec, and the channel reporting that generation ready)."""
+    delivery copied into the channel's spec, the channel reporting it ready) and an install event
+    has reached install through it: in CI an event sent once the channel reported it ready went
+    nowhere, because Knative's dispatcher had not applied the new Subscription yet (it reports
+    subscribers ready even when it skips a channel that is not Ready)."""
     shipped = yaml.safe_load(project_path("eventing", "triggers", "tenant-install.yaml").read_text())["spec"][
         "delivery"
     ]["retry"]
@@ -620,6 +624,7 @@ def install_retries(pipeline: Stack, retry: int) -> Iterator[None]:
             lambda: trigger_dispatched(pipeline, "tenant-install", value),
             timeout=60,
         )
+        trigger_delivers(pipeline, "tenant-install", event_types.INSTALL)
 
     set_retry(retry)
     try:
