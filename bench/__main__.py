@@ -12,6 +12,8 @@ burst         N Tenants at once against sequential and parallel ``helm upgrade -
 coldstart     process start to first event answered per function; import cost per dependency
               (``bench.coldstart``)
 resync        one resync pass over 1,000 settled Tenants: time, API requests, writes (``bench.resync``)
+resync-memory what a resync pass holds in memory at once, by the page size of its LISTs
+              (``bench.resync_memory``)
 helm          one Tenant at a time: raw helm against the install function and the whole pipeline
               (``bench.helm``)
 readiness     what proving Ready costs: check-ready's probe of a vCluster's API through its
@@ -39,12 +41,13 @@ Benchmark = Callable[[Sequence[str]], list[Table]]
 
 
 def benchmarks() -> dict[str, Benchmark]:
-    from . import burst, coldstart, helm, readiness, ready_after, resync, sources
+    from . import burst, coldstart, helm, readiness, ready_after, resync, resync_memory, sources
 
     return {
         "burst": burst.main,
         "coldstart": coldstart.main,
         "resync": resync.main,
+        "resync-memory": resync_memory.main,
         "helm": helm.main,
         "readiness": readiness.main,
         "ready-after": ready_after.main,

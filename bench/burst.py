@@ -370,12 +370,13 @@ def cpu_by_part(stack: Stack) -> dict[str, float]:
     return dict(parts)
 
 
-def worker_rss(stack: Stack) -> dict[str, float]:
+def worker_rss(stack: Stack, field: str = "VmRSS") -> dict[str, float]:
+    """Each function's gunicorn worker's resident memory in MiB (``VmHWM``: its peak so far)."""
     memory: dict[str, float] = {}
     for proc in stack.supervisor.processes:
         if proc.name in stack.function_urls:
             workers = children(proc.pid)
-            memory[proc.name] = max((rss_mib(pid) for pid in workers), default=0.0)
+            memory[proc.name] = max((rss_mib(pid, field) for pid in workers), default=0.0)
     return memory
 
 

@@ -16,11 +16,11 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def rss_mib(pid: int) -> float:
-    """Resident memory in MiB; 0 for a process that is gone."""
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory in MiB (``VmHWM``: its peak so far); 0 for a process that is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass

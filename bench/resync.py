@@ -43,7 +43,7 @@ from shared.steps import rollout as waves
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.ticker import ping_event
 
-from .burst import cpu_by_part
+from .burst import cpu_by_part, worker_rss
 from .report import Table, spread, table
 from .workload import provision
 
@@ -170,8 +170,18 @@ def main(argv: Sequence[str]) -> list[Table]:
     )
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set in every function's environment (repeatable), e.g. MALLOC_ARENA_MAX=2",
+    )
     args = parser.parse_args(argv)
-    options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1, resync_at_start=False, log_level="WARNING")
+    env = dict(pair.split("=", 1) for pair in args.env)
+    options = StackOptions(
+        vcluster_boot_seconds=0, ready_poll_seconds=1, resync_at_start=False, log_level="WARNING", function_env=env
+    )
     with start_stack(options) as stack:
         kube = Kube.connect(stack.admin_kubeconfig)
         try:
@@ -224,6 +234,7 @@ def main(argv: Sequence[str]) -> list[Table]:
             requests_per_pass.append(len(mine))
             writes.append(len(pass_writes))
             helm_requests.append(sum(1 for e in mine if e.get("userAgent", "").lower().startswith("helm")))
+        memory = (worker_rss(stack)["tenant-resync"], worker_rss(stack, "VmHWM")["tenant-resync"])
     total = args.tenants + 1
     rows = [
         ("settled Tenants", f"{total} ({args.tenants} created directly in {created:.0f} s, 1 through the pipeline)"),
@@ -233,6 +244,7 @@ def main(argv: Sequence[str]) -> list[Table]:
     ]
     rows += [(f"  {key}", f"{count / args.passes:.0f}") for key, count in sorted(verbs.items())]
     rows += [("writes per pass", spread(writes, digits=0)), ("requests made by helm", spread(helm_requests, digits=0))]
+    rows += [("resync's worker RSS after the passes, peak (MiB)", f"{memory[0]:.1f}, {memory[1]:.1f}")]
     return [
         table(
             f"Resync: one pass over {total} settled Tenants ({args.passes} passes: median (min-max))",

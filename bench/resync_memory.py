@@ -1,0 +1,114 @@
+"""What a resync pass holds in memory at once, by the page size of its LISTs.
+
+``python -m bench resync-memory --tenants 1000 --pages 500,100`` makes the settled fleet as
+``bench resync`` does, then runs resync's pass in this process, as tenant-resync (its
+kubeconfig, its RBAC), with ``tracemalloc`` on: for each page size (``PAGE``, items per LIST
+request), twice, the peak of Python objects during a whole pass and during its LISTs alone (the
+Tenants, then the fleet's reads), what is left after it, and the pass time (slower than in the
+function: tracemalloc traces every allocation). A gunicorn worker keeps the memory it once held,
+so the peak is what its resident size follows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+import tracemalloc
+from collections.abc import Sequence
+
+from cloudevents.core.base import BaseCloudEvent
+
+from functions import resync
+from shared.adapters.kube import Kube, calls
+from shared.adapters.vcluster_api import VClusterApi
+from testbed.local.stack import StackOptions, start_stack
+
+from .report import Table, spread, table
+from .resync import TEMPLATE, create_settled, install_settings, template
+from .workload import provision
+
+
+class _Settled:
+    """The pass's sink: a settled fleet re-drives nothing."""
+
+    def send(self, event: BaseCloudEvent) -> None:
+        raise RuntimeError(f"the pass re-drove {event.get_type()}: the copies are not settled")
+
+
+def main(argv: Sequence[str]) -> list[Table]:
+    parser = argparse.ArgumentParser(prog="python -m bench resync-memory", description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument("--pages", default="500,100", help="page sizes to compare, comma-separated")
+    args = parser.parse_args(argv)
+    pages = [int(p) for p in args.pages.split(",")]
+    options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1, resync_at_start=False, log_level="WARNING")
+    shipped = calls.PAGE
+    rows = []
+    with start_stack(options) as stack:
+        admin = Kube.connect(stack.admin_kubeconfig)
+        try:
+            provision(stack, admin, TEMPLATE)
+            settings = install_settings(stack, admin)
+        finally:
+            admin.close()
+        assert stack.watch.wait_idle(60), stack.watch.pending()
+        stack.stop_adapter()
+        create_settled(stack, template(stack), args.tenants, settings)
+        saved = {k: os.environ.get(k) for k in ("HTTPS_PROXY", "NO_PROXY")}
+        os.environ["HTTPS_PROXY"], os.environ["NO_PROXY"] = stack.proxy.url, "127.0.0.1,localhost"
+        kube = Kube.connect(stack.function_kubeconfigs["tenant-resync"])
+        try:
+            api = VClusterApi()
+            resync.resync(kube, _Settled(), settings, vcluster=api)  # warm: imports, connections, caches
+            tracemalloc.start(1)
+            for page in pages:
+                calls.PAGE = page
+                whole, lists, left, seconds = [], [], [], []
+                for _ in range(2):
+                    gc.collect()
+                    tracemalloc.reset_peak()
+                    began = time.perf_counter()
+                    resync.resync(kube, _Settled(), settings, vcluster=api)
+                    seconds.append(time.perf_counter() - began)
+                    whole.append(tracemalloc.get_traced_memory()[1])
+                    gc.collect()
+                    left.append(tracemalloc.get_traced_memory()[0])
+                    tracemalloc.reset_peak()
+                    tenants = kube.list_tenants(settings.tenant_namespace, "")
+                    fleet = resync.FleetReads.read(kube, settings)
+                    lists.append(tracemalloc.get_traced_memory()[1])
+                    del tenants, fleet
+                rows.append(
+                    (
+                        str(page),
+                        spread(whole, scale=2**-20, digits=1),
+                        spread(lists, scale=2**-20, digits=1),
+                        spread(left, scale=2**-20, digits=1),
+                        spread(seconds, digits=2),
+                    )
+                )
+        finally:
+            tracemalloc.stop()
+            calls.PAGE = shipped
+            kube.close()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return [
+        table(
+            f"resync's pass over {args.tenants + 1} settled Tenants: Python objects held at once, by page size "
+            "(2 passes each: median (min-max))",
+            ("items per LIST page", "peak, whole pass (MiB)", "peak, its LISTs alone (MiB)", "left after (MiB)",
+             "pass (s), traced"),  # fmt: skip
+            rows,
+            (
+                "tracemalloc in this process, which runs resync's pass as tenant-resync (its kubeconfig); the LISTs "
+                "alone: the Tenants, then FleetReads (StatefulSets, stored kubeconfigs, the chart's policies).",
+                f"The product ships PAGE = {shipped} (shared/adapters/kube/calls.py).",
+            ),
+        )
+    ]
