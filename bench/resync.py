@@ -164,6 +164,20 @@ def _review(entry: Mapping[str, Any]) -> bool:
     return resource.endswith("reviews")
 
 
+def settled_fleet(stack: Stack, tenants: int) -> tuple[Settings, float]:
+    """One Tenant provisioned through the pipeline, the ApiServerSource's adapter stopped, and
+    ``tenants`` settled copies of it: install's settings, and how long the copies took."""
+    kube = Kube.connect(stack.admin_kubeconfig)
+    try:
+        provision(stack, kube, TEMPLATE)
+        settings = install_settings(stack, kube)
+    finally:
+        kube.close()
+    assert stack.watch.wait_idle(60), stack.watch.pending()
+    stack.stop_adapter()
+    return settings, create_settled(stack, template(stack), tenants, settings)
+
+
 def main(argv: Sequence[str]) -> list[Table]:
     parser = argparse.ArgumentParser(
         prog="python -m bench resync", description=__doc__.splitlines()[0] if __doc__ else None
@@ -183,15 +197,7 @@ def main(argv: Sequence[str]) -> list[Table]:
         vcluster_boot_seconds=0, ready_poll_seconds=1, resync_at_start=False, log_level="WARNING", function_env=env
     )
     with start_stack(options) as stack:
-        kube = Kube.connect(stack.admin_kubeconfig)
-        try:
-            provision(stack, kube, TEMPLATE)
-            settings = install_settings(stack, kube)
-        finally:
-            kube.close()
-        assert stack.watch.wait_idle(60), stack.watch.pending()
-        stack.stop_adapter()
-        created = create_settled(stack, template(stack), args.tenants, settings)
+        settings, created = settled_fleet(stack, args.tenants)
         assert stack.control_plane is not None
         audit = stack.control_plane.audit_log
         url = stack.function_urls["tenant-resync"]

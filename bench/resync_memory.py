@@ -26,8 +26,7 @@ from shared.adapters.vcluster_api import VClusterApi
 from testbed.local.stack import StackOptions, start_stack
 
 from .report import Table, spread, table
-from .resync import TEMPLATE, create_settled, install_settings, template
-from .workload import provision
+from .resync import settled_fleet
 
 
 class _Settled:
@@ -47,15 +46,7 @@ def main(argv: Sequence[str]) -> list[Table]:
     shipped = calls.PAGE
     rows = []
     with start_stack(options) as stack:
-        admin = Kube.connect(stack.admin_kubeconfig)
-        try:
-            provision(stack, admin, TEMPLATE)
-            settings = install_settings(stack, admin)
-        finally:
-            admin.close()
-        assert stack.watch.wait_idle(60), stack.watch.pending()
-        stack.stop_adapter()
-        create_settled(stack, template(stack), args.tenants, settings)
+        settings, _ = settled_fleet(stack, args.tenants)
         saved = {k: os.environ.get(k) for k in ("HTTPS_PROXY", "NO_PROXY")}
         os.environ["HTTPS_PROXY"], os.environ["NO_PROXY"] = stack.proxy.url, "127.0.0.1,localhost"
         kube = Kube.connect(stack.function_kubeconfigs["tenant-resync"])
