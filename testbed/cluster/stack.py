@@ -53,7 +53,7 @@ from testbed.images import build_all
 from testbed.knative.oidc import broker_audience
 from testbed.local.ticker import ping_event
 from testbed.node import NODE_IP, Node, start_node
-from testbed.processes import ProcessError, free_port
+from testbed.processes import ProcessError, free_port, until_conditions_exist
 from testbed.project import CHART_DIR, project_path
 from testbed.registry import Registry, RegistryTLS, push_chart, start_registry
 from testbed.standins.kubeopera_api import ApiStandIn
@@ -182,8 +182,11 @@ def _install(node: Node, manifests: release.Manifests, namespaces: Sequence[str]
     """CRDs, then (once Established) everything else, then every Deployment of ``namespaces`` Available."""
     _apply(node, manifests.crds, server_side=True)
     if manifests.crds:
-        node.kubectl(
-            "wait", "--for=condition=Established", f"--timeout={timeout}s", "crd", "--all", timeout=timeout + 30
+        until_conditions_exist(
+            lambda: node.kubectl(
+                "wait", "--for=condition=Established", f"--timeout={timeout}s", "crd", "--all", timeout=timeout + 30
+            ),
+            timeout,
         )
     _apply_until_admitted(node, manifests.objects)
     for namespace in namespaces:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from testbed.controlplane import controllers, pki
 from testbed.controlplane.cli import main
-from testbed.controlplane.client import apply, as_service_account, as_syncer, kubectl
+from testbed.controlplane.client import apply, as_service_account, as_syncer, kubectl, wait_established
 from testbed.controlplane.kubeconfig import CLUSTER_NAME, kubeconfig_for_token, kubeconfig_for_user, write_kubeconfig
 from testbed.controlplane.model import ADMIN_GROUPS, ADMIN_USER, SERVICE_ACCOUNT_ISSUER, ControlPlane
 from testbed.controlplane.namespaces import create_namespace, delete_namespace
@@ -56,6 +56,7 @@ __all__ = [
     "kubeconfig_for_token",
     "kubeconfig_for_user",
     "kubectl",
+    "wait_established",
     "main",
     "pki",
     "request_token",

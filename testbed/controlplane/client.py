@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from testbed.controlplane.model import ControlPlane
-from testbed.processes import run
+from testbed.processes import run, until_conditions_exist
 
 
 def kubectl(
@@ -30,6 +30,17 @@ def kubectl(
         input=input,
         timeout=timeout,
         check=check,
+    )
+
+
+def wait_established(cp: ControlPlane, *crds: str, timeout: float = 60.0) -> None:
+    """Until each CustomResourceDefinition (``crd/NAME``) is Established: ``kubectl wait``, again
+    while one just created has no conditions yet (kubectl gives up on those at once)."""
+    until_conditions_exist(
+        lambda: kubectl(
+            cp, "wait", "--for=condition=Established", f"--timeout={timeout:.0f}s", *crds, timeout=timeout + 30
+        ),
+        timeout,
     )
 
 

@@ -23,7 +23,7 @@ import yaml
 from testbed.knative import oidc
 from testbed.knative.kubectl import kubectl
 from testbed.knative.names import SYSTEM_NAMESPACE
-from testbed.processes import ProcessError
+from testbed.processes import ProcessError, until_conditions_exist
 from testbed.toolchain import Toolchain
 
 PLACEHOLDER_ENDPOINT = "192.0.2.10"  # TEST-NET-1: never dialled, only makes Endpoints "available"
@@ -51,7 +51,9 @@ def install_eventing(
         if doc.get("kind") == "CustomResourceDefinition"
     ]
     apply([_without_event_type_registry(_without_conversion_webhook(crd)) for crd in crds], server_side=True)
-    kubectl(tools, kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    until_conditions_exist(
+        lambda: kubectl(tools, kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    )
 
     configmaps = [doc for path in _files(core / "configmaps") for doc in _docs(path)]
     configmaps += _docs(imc / "configmaps" / "event-dispatcher.yaml")

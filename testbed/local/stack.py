@@ -72,7 +72,7 @@ from testbed.local.manifests import BROKER, SOURCE, admitted_manifests, routes
 from testbed.local.mounts import config_map_env
 from testbed.local.options import StackOptions
 from testbed.local.ticker import ping_event
-from testbed.processes import HttpProbe, ManagedProcess, ProcessSpec, Supervisor, free_port
+from testbed.processes import HttpProbe, ManagedProcess, ProcessSpec, Supervisor, free_port, until_conditions_exist
 from testbed.project import CHART_DIR, TENANT_NAMESPACE, function_modules, project_path
 from testbed.registry import push_chart, start_registry
 from testbed.standins import serving as serving_standin
@@ -272,7 +272,11 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             stack.callback(kubelet.stop)
 
             kubectl(tools, admin, "apply", "-f", str(project_path("deploy", "crd")))
-            kubectl(tools, admin, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
+            until_conditions_exist(
+                lambda: kubectl(
+                    tools, admin, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io"
+                )
+            )
             admitted = admitted_manifests(tools, run_dir, eventing.features(), options.sender_identity)
             manifests = [doc for doc in yaml.safe_load_all(admitted.read_text()) if doc]
             functions = function_modules(manifests)

@@ -25,13 +25,14 @@ The parts, one module each: :mod:`~testbed.processes.spec` (:class:`ProcessSpec`
 :mod:`~testbed.processes.supervisor` (:class:`Supervisor`),
 :mod:`~testbed.processes.tracking` (every process started here, the ``atexit`` clean-up),
 :mod:`~testbed.processes.signals` (:class:`Terminated`), :mod:`~testbed.processes.ports`
-(:func:`free_port`), :mod:`~testbed.processes.commands` (:func:`run`) and
+(:func:`free_port`), :mod:`~testbed.processes.commands` (:func:`run`,
+:func:`until_conditions_exist`) and
 :mod:`~testbed.processes.errors`. This package re-exports what callers use.
 """
 
 from __future__ import annotations
 
-from testbed.processes.commands import run
+from testbed.processes.commands import run, until_conditions_exist
 from testbed.processes.errors import NotReadyError, ProcessError
 from testbed.processes.managed import DEFAULT_GRACE_SECONDS, LOG_TAIL_LINES, ManagedProcess, tail
 from testbed.processes.ports import RESERVED_PORTS, free_port, port_is_free
@@ -60,6 +61,7 @@ __all__ = [
     "install_signal_handlers",
     "port_is_free",
     "run",
+    "until_conditions_exist",
     "stop_everything",
     "surviving_processes",
     "tail",

@@ -21,6 +21,7 @@ import yaml
 
 from shared.model.naming import DEFAULT_TENANT_NAMESPACE
 from testbed import toolchain
+from testbed.processes import until_conditions_exist
 
 from .manifests import CONFIG_FEATURES_PATCH, DEPLOY, OVERLAYS, documents, file_documents
 
@@ -96,7 +97,8 @@ def crds_and_namespaces(kubectl: Path, kube_admin_kubeconfig: Path, knative_chec
     )
     assert apply.returncode == 0, apply.stderr
     names = [f"crd/{crd['metadata']['name']}" for crd in crds]
-    wait = kubectl_run(kubectl, kube_admin_kubeconfig, "wait", "--for=condition=Established", "--timeout=120s", *names)
+    established = ("wait", "--for=condition=Established", "--timeout=120s", *names)
+    wait = until_conditions_exist(lambda: kubectl_run(kubectl, kube_admin_kubeconfig, *established), 120)
     assert wait.returncode == 0, wait.stderr
 
 

@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 from shared.adapters.helm import Helm
 from shared.adapters.kube import Kube
 from shared.adapters.release import ReleaseRecords
-from testbed.controlplane import ControlPlane, kubectl
+from testbed.controlplane import ControlPlane, kubectl, wait_established
 from testbed.toolchain import Toolchain
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ TENANT_CRD = REPO / "deploy" / "crd" / "tenants.yaml"
 @pytest.fixture(scope="session")
 def tenant_crd(control_plane: ControlPlane) -> Path:
     kubectl(control_plane, "apply", "--server-side", "--field-manager=kubeopera-integration", "-f", str(TENANT_CRD))
-    kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
+    wait_established(control_plane, "crd/tenants.kubeopera.io")
     return TENANT_CRD
 
 

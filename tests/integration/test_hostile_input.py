@@ -98,7 +98,14 @@ from shared.model.release import ReleaseState
 from shared.model.tenant import FINALIZER, GROUP, KIND, PLURAL, VERSION, TenantRef
 from shared.runtime import Runtime
 from shared.settings import Settings
-from testbed.controlplane import ControlPlane, create_namespace, delete_namespace, kubeconfig_for_user, kubectl
+from testbed.controlplane import (
+    ControlPlane,
+    create_namespace,
+    delete_namespace,
+    kubeconfig_for_user,
+    kubectl,
+    wait_established,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -765,7 +772,7 @@ def admin(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
 def world(control_plane: ControlPlane, admin: k8s.ApiClient) -> Iterator[World]:
     """The Tenant CRD, the functions' namespace with three Tenants, the decoy's namespace."""
     kubectl(control_plane, "apply", "--server-side", "--field-manager=kubeopera-integration", "-f", str(TENANT_CRD))
-    kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
+    wait_established(control_plane, "crd/tenants.kubeopera.io")
     token = secrets.token_hex(3)
     homes = (f"fuzz-tenants-{token}", f"fuzz-decoy-{token}", f"vcluster-fz{token}-ready")
     for namespace in homes:

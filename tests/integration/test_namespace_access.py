@@ -50,7 +50,7 @@ from shared.model.tenant import Tenant, TenantRef
 from shared.settings import Settings
 from shared.steps import access
 from testbed.admin_kube import AdminKube
-from testbed.controlplane import ControlPlane, kubeconfig_for_token, kubectl, request_token
+from testbed.controlplane import ControlPlane, kubeconfig_for_token, kubectl, request_token, wait_established
 from testbed.registry import CHART_VERSION
 from testbed.toolchain import Toolchain
 
@@ -94,7 +94,7 @@ def deployed(control_plane: ControlPlane) -> Iterator[None]:
         if names.returncode != 0:  # some of the file's objects are not there yet: ours to remove
             created.append(path)
     kubectl(control_plane, "apply", "--server-side", "--field-manager=kubeopera-access-test", *_files(MANIFESTS))
-    kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s", "crd/tenants.kubeopera.io")
+    wait_established(control_plane, "crd/tenants.kubeopera.io")
     yield
     for path in reversed(created):
         if path.name not in ("namespace.yaml", "tenants.yaml"):  # shared with the rest of the session

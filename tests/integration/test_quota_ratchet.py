@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from shared.model.tenant import FINALIZER, PLURAL, VERSION
-from testbed.controlplane import ControlPlane, kubectl
+from testbed.controlplane import ControlPlane, kubectl, wait_established
 
 from .conftest import TENANT_CRD
 from .tenant_objects import Refusal, admitted, create, refusal_of, refused, tenant_body
@@ -51,7 +51,7 @@ def crd_copy(*, with_rules: bool) -> dict[str, Any]:
 
 def apply_crd(control_plane: ControlPlane, crd: dict[str, Any]) -> None:
     kubectl(control_plane, "apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(crd))
-    kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    wait_established(control_plane, f"crd/{CRD_NAME}")
 
 
 def until(admission: str, probe: Any) -> None:
