@@ -20,6 +20,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
+from unittest import mock
 
 from shared.adapters.vcluster_api import VClusterApi, read_kubeconfig, tls_context
 from testbed.standins.service_proxy import ServiceProxy
@@ -43,8 +44,8 @@ def main(argv: Sequence[str]) -> list[Table]:
     proxy = ServiceProxy()
     proxy.start()
     proxy.tunnels.add_suffix(".svc", server.port)
-    saved = {k: os.environ.get(k) for k in ("HTTPS_PROXY", "NO_PROXY")}
-    os.environ["HTTPS_PROXY"], os.environ["NO_PROXY"] = proxy.url, "127.0.0.1,localhost"
+    cluster_network = mock.patch.dict(os.environ, {"HTTPS_PROXY": proxy.url, "NO_PROXY": "127.0.0.1,localhost"})
+    cluster_network.start()
     try:
         configs = []
         for n in range(args.vclusters):
@@ -75,11 +76,7 @@ def main(argv: Sequence[str]) -> list[Table]:
             tls_context(credentials)
             context.append(time.thread_time() - began_cpu)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        cluster_network.stop()
         proxy.stop()
         server.stop()
     rows = [

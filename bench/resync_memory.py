@@ -17,12 +17,14 @@ import os
 import time
 import tracemalloc
 from collections.abc import Sequence
+from unittest import mock
 
 from cloudevents.core.base import BaseCloudEvent
 
 from functions import resync
 from shared.adapters.kube import Kube, calls
 from shared.adapters.vcluster_api import VClusterApi
+from shared.settings import Settings
 from testbed.local.stack import StackOptions, start_stack
 
 from .report import Table, spread, table
@@ -36,6 +38,28 @@ class _Settled:
         raise RuntimeError(f"the pass re-drove {event.get_type()}: the copies are not settled")
 
 
+def _passes(kube: Kube, settings: Settings, api: VClusterApi) -> tuple[str, ...]:
+    """Two passes at the current page size: the peak of a whole pass, of its LISTs alone, what is
+    left after it (MiB), and the pass time."""
+    whole, lists, left, seconds = [], [], [], []
+    for _ in range(2):
+        gc.collect()
+        tracemalloc.reset_peak()
+        began = time.perf_counter()
+        resync.resync(kube, _Settled(), settings, vcluster=api)
+        seconds.append(time.perf_counter() - began)
+        whole.append(tracemalloc.get_traced_memory()[1])
+        gc.collect()
+        left.append(tracemalloc.get_traced_memory()[0])
+        tracemalloc.reset_peak()
+        tenants = kube.list_tenants(settings.tenant_namespace, "")
+        fleet = resync.FleetReads.read(kube, settings)
+        lists.append(tracemalloc.get_traced_memory()[1])
+        del tenants, fleet
+    mib = [spread(x, scale=2**-20, digits=1) for x in (whole, lists, left)]
+    return (*mib, spread(seconds, digits=2))
+
+
 def main(argv: Sequence[str]) -> list[Table]:
     parser = argparse.ArgumentParser(prog="python -m bench resync-memory", description=__doc__.splitlines()[0])
     parser.add_argument("--tenants", type=int, default=1000)
@@ -43,52 +67,22 @@ def main(argv: Sequence[str]) -> list[Table]:
     args = parser.parse_args(argv)
     pages = [int(p) for p in args.pages.split(",")]
     options = StackOptions(vcluster_boot_seconds=0, ready_poll_seconds=1, resync_at_start=False, log_level="WARNING")
-    shipped = calls.PAGE
     rows = []
     with start_stack(options) as stack:
         settings, _ = settled_fleet(stack, args.tenants)
-        saved = {k: os.environ.get(k) for k in ("HTTPS_PROXY", "NO_PROXY")}
-        os.environ["HTTPS_PROXY"], os.environ["NO_PROXY"] = stack.proxy.url, "127.0.0.1,localhost"
+        cluster_network = {"HTTPS_PROXY": stack.proxy.url, "NO_PROXY": "127.0.0.1,localhost"}
         kube = Kube.connect(stack.function_kubeconfigs["tenant-resync"])
         try:
-            api = VClusterApi()
-            resync.resync(kube, _Settled(), settings, vcluster=api)  # warm: imports, connections, caches
-            tracemalloc.start(1)
-            for page in pages:
-                calls.PAGE = page
-                whole, lists, left, seconds = [], [], [], []
-                for _ in range(2):
-                    gc.collect()
-                    tracemalloc.reset_peak()
-                    began = time.perf_counter()
-                    resync.resync(kube, _Settled(), settings, vcluster=api)
-                    seconds.append(time.perf_counter() - began)
-                    whole.append(tracemalloc.get_traced_memory()[1])
-                    gc.collect()
-                    left.append(tracemalloc.get_traced_memory()[0])
-                    tracemalloc.reset_peak()
-                    tenants = kube.list_tenants(settings.tenant_namespace, "")
-                    fleet = resync.FleetReads.read(kube, settings)
-                    lists.append(tracemalloc.get_traced_memory()[1])
-                    del tenants, fleet
-                rows.append(
-                    (
-                        str(page),
-                        spread(whole, scale=2**-20, digits=1),
-                        spread(lists, scale=2**-20, digits=1),
-                        spread(left, scale=2**-20, digits=1),
-                        spread(seconds, digits=2),
-                    )
-                )
+            with mock.patch.dict(os.environ, cluster_network):
+                api = VClusterApi()
+                resync.resync(kube, _Settled(), settings, vcluster=api)  # warm: imports, connections, caches
+                tracemalloc.start(1)
+                for page in pages:
+                    with mock.patch.object(calls, "PAGE", page):
+                        rows.append((str(page), *_passes(kube, settings, api)))
         finally:
             tracemalloc.stop()
-            calls.PAGE = shipped
             kube.close()
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
     return [
         table(
             f"resync's pass over {args.tenants + 1} settled Tenants: Python objects held at once, by page size "
@@ -99,7 +93,7 @@ def main(argv: Sequence[str]) -> list[Table]:
             (
                 "tracemalloc in this process, which runs resync's pass as tenant-resync (its kubeconfig); the LISTs "
                 "alone: the Tenants, then FleetReads (StatefulSets, stored kubeconfigs, the chart's policies).",
-                f"The product ships PAGE = {shipped} (shared/adapters/kube/calls.py).",
+                f"The product ships PAGE = {calls.PAGE} (shared/adapters/kube/calls.py).",
             ),
         )
     ]

@@ -195,13 +195,12 @@ class FleetReads:
 
     @classmethod
     def read(cls, kube: Cluster, settings: Settings) -> FleetReads:
+        policies = kube.list_policy_objects()
+        rollouts = kube.list_rollouts(LABEL_TENANT_ID)
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-        secrets = kube.iter_secrets(settings.tenant_namespace, selector, (KUBECONFIG_KEY,))
-        return cls(
-            policies=kube.list_policy_objects(),
-            rollouts=kube.list_rollouts(LABEL_TENANT_ID),
-            stored={name: digest(secret.data.get(KUBECONFIG_KEY)) for name, secret in secrets},
-        )
+        kubeconfigs = kube.iter_secrets(settings.tenant_namespace, selector, (KUBECONFIG_KEY,))
+        stored = {name: digest(secret.data.get(KUBECONFIG_KEY)) for name, secret in kubeconfigs}
+        return cls(policies=policies, rollouts=rollouts, stored=stored)
 
 
 def digest(config: bytes | None) -> str | None:

@@ -171,14 +171,17 @@ class Stack:
         returns the event's id."""
         path = project_path("eventing", "resync-pingsource.yaml")
         headers, body = ping_event(path)
-        headers |= extra_headers or {}
-        if self.sender_identity:
-            pingsource = yaml.safe_load(path.read_text())["metadata"]["name"]
-            headers |= self.sender_authorization(self.source_identity("pingsource", pingsource))
+        pingsource = yaml.safe_load(path.read_text())["metadata"]["name"]
+        self.send_as("pingsource", pingsource, headers | dict(extra_headers or {}), body)
+        return headers["ce-id"]
+
+    def send_as(self, kind: str, name: str, headers: Mapping[str, str], body: bytes) -> None:
+        """Post one event (binary mode) to the Broker's ingress as the source ``kind``/``name``
+        sends it: with its OIDC identity's token when sender identity is on."""
+        authorization = self.sender_authorization(self.source_identity(kind, name)) if self.sender_identity else {}
         session = requests.Session()
         session.trust_env = False
-        session.post(self.ingress_url, headers=headers, data=body, timeout=10).raise_for_status()
-        return headers["ce-id"]
+        session.post(self.ingress_url, headers={**headers, **authorization}, data=body, timeout=10).raise_for_status()
 
     def resync(self, timeout: float = RESYNC_SECONDS, settle: bool = True) -> Delivery:
         """One resync pass now, waited for: send a tick and wait until resync answered it with

@@ -13,7 +13,6 @@ from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any, TypeVar
 
-import requests
 import yaml
 
 from shared.adapters.kube import Kube
@@ -225,12 +224,7 @@ def trigger_delivers(pipeline: Stack, trigger: str, event_type: str, timeout: fl
     sent: set[str] = set()
     while time.monotonic() < deadline:
         ref = TenantRef(TENANT_NAMESPACE, f"probe-{uuid.uuid4().hex[:8]}", str(uuid.uuid4()), 1)
-        headers, body = events.to_binary(events.make(event_type, "e2e-probe", ref))
-        identity = pipeline.source_identity("sinkbinding", "tenant-resync") if pipeline.sender_identity else ""
-        headers |= pipeline.sender_authorization(identity) if identity else {}
-        session = requests.Session()
-        session.trust_env = False
-        session.post(pipeline.ingress_url, headers=headers, data=body, timeout=10).raise_for_status()
+        pipeline.send_as("sinkbinding", "tenant-resync", *events.to_binary(events.make(event_type, "e2e-probe", ref)))
         sent.add(ref.key)
         until = min(deadline, time.monotonic() + 5)
         while time.monotonic() < until:
