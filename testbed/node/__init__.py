@@ -11,7 +11,7 @@ and the machine as it was after.
 - :mod:`.kubelet`: the kubelet's identity and configuration;
 - :mod:`.components`: kube-scheduler and kube-proxy;
 - :mod:`.policy`: the NetworkPolicy engine (kube-router's firewall controller) and what it needs;
-- :mod:`.node`: :func:`start_node` and :class:`Node`;
+- :mod:`.node`: :func:`start_node`, :class:`Node` and :func:`recover_machine`;
 - :mod:`.errors`: :class:`NodeError`.
 """
 
@@ -20,6 +20,6 @@ from __future__ import annotations
 from testbed.node.containerd import Ctr
 from testbed.node.errors import NodeError
 from testbed.node.layout import NODE_IP, NODE_NAME, NodeDirs
-from testbed.node.node import Node, start_node
+from testbed.node.node import Node, recover_machine, start_node
 
-__all__ = ["NODE_IP", "NODE_NAME", "Ctr", "Node", "NodeDirs", "NodeError", "start_node"]
+__all__ = ["NODE_IP", "NODE_NAME", "Ctr", "Node", "NodeDirs", "NodeError", "recover_machine", "start_node"]

@@ -112,6 +112,16 @@ def start_node(tools: ClusterToolchain, run_dir: Path, images: Sequence[Path] = 
                 raise NodeError("the node's teardown left the machine changed:\n  " + "\n  ".join(problems))
 
 
+def recover_machine() -> None:
+    """Undo what a node that died without its teardown left, if one did; a no-op otherwise.
+
+    For a caller that records the machine before a node starts and compares after: what a dead
+    node left is not the machine as this run found it.
+    """
+    with preflight.exclusive():
+        _recover()
+
+
 def _recover() -> None:
     """Undo what a node that died without its teardown left (its host-state.json says what)."""
     previous = host.HostState.load()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.images import PAUSE, build_binary_image
-from testbed.node import NodeError, start_node
+from testbed.node import NodeError, recover_machine, start_node
 from testbed.node.host import SYSCTLS, cgroup_hierarchies
 from testbed.node.layout import CGROUP_ROOT, OUTSIDE_PATHS
 from testbed.node.preflight import missing
@@ -66,6 +66,9 @@ def machine_before() -> dict[str, object]:
     lacking = missing()
     if lacking:
         pytest.skip("the node cannot run on this machine: " + "; ".join(lacking))
+    # A node killed before its teardown (a CI run stopped mid-way) leaves its cgroups and paths;
+    # start_node undoes them, so the machine "before" is the machine after that undo.
+    recover_machine()
     return _machine()
 
 
