@@ -18,10 +18,10 @@ helm          one Tenant at a time: raw helm against the install function and th
               (``bench.helm``)
 readiness     what proving Ready costs: check-ready's probe of a vCluster's API through its
               kubeconfig (``bench.readiness``)
-ready-after   from vcluster's Secret written to the Tenant Ready, with vcluster-source's events
+ready-after   from vcluster's Secret written to the Tenant Ready, with the vCluster watch's hints
               and with the poll alone (``bench.ready_after``)
-sources       what one more Tenant namespace costs vcluster-source (Knative's namespace list) with
-              N namespaces there: requests, restarts, CPU, time to hear it (``bench.sources``)
+sources       what one more Tenant namespace costs the vCluster watch with N namespaces there:
+              requests, CPU, memory, time to hear it (``bench.sources``)
 ============  ===================================================================================
 
 ``python -m bench.startup`` (the stack's own start), ``python -m bench.tracing`` (what tracing

@@ -57,6 +57,7 @@ from shared.model.values import vcluster_values
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.knative.broker_watch import Delivery
 from testbed.local import profiling
+from testbed.local.manifests import VCLUSTER_WATCH
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
@@ -79,7 +80,9 @@ FUNCTIONS = (
 OURS = f"system:serviceaccount:{TENANT_NAMESPACE}:"
 # The ApiServerSources' adapters run as ServiceAccounts of the same namespace (eventing/): their
 # LISTs and WATCHes are Knative's, not the functions', and are counted on their own rows.
-SOURCES = frozenset({f"{OURS}tenant-source", f"{OURS}vcluster-source"})
+# What feeds the broker: tenant-source's adapter, and the vCluster watch (vcluster-source's
+# adapter until 2026-12-06).
+SOURCES = frozenset({f"{OURS}tenant-source", f"{OURS}{VCLUSTER_WATCH}"})
 # Knative Eventing's controller runs as the test bed's admin; its client's user agent names the
 # binary (client-go's default: "controller/<version> (<os>/<arch>) ..."). Its SubjectAccessReviews
 # are the ApiServerSource reconciler's access check: get, list and watch in every namespace the
@@ -243,6 +246,7 @@ def floors(stack: Stack, chart: Path, values: Path, run_no: int, count: int) -> 
         run(argv("seq", k), env=env)
     sequential = time.perf_counter() - began
     delete_namespaces(stack, f"bench-floor-seq-{run_no}-")
+
     def one(k: int) -> str | None:
         done = subprocess.run(argv("par", k), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
         return done.stderr.decode() if done.returncode else None
@@ -352,6 +356,9 @@ def cpu_by_part(stack: Stack) -> dict[str, float]:
     for proc in stack.supervisor.processes:
         seconds = [cpu_seconds(pid) for pid in (proc.pid, *children(proc.pid))]
         own, reaped = sum(s[0] for s in seconds), sum(s[1] for s in seconds)
+        if proc.name == VCLUSTER_WATCH:
+            parts["the vCluster watch"] += own
+            continue
         if proc.name in stack.function_urls:
             parts["functions (Python)"] += own
             parts["helm, run by the functions"] += reaped
@@ -580,7 +587,7 @@ def cost_table(
     for who, title in (
         ("client", "API requests by the functions' client"),
         ("helm", "API requests by the functions' helm"),
-        ("sources", "API requests by Knative's ApiServerSource adapters (not the functions)"),
+        ("sources", "API requests by the sources: tenant-source's adapter, the vCluster watch (not the functions)"),
         ("eventing", "API requests by Knative Eventing's controller (not the functions)"),
     ):
         mine = {k[1]: v for k, v in by_request.items() if k[0] == who}
@@ -600,10 +607,11 @@ def cost_table(
         (
             "From the API server's audit log (stage ResponseComplete), users system:serviceaccount:"
             f"{TENANT_NAMESPACE}:tenant-*; helm's own requests told apart by their user agent; the "
-            "sources' adapters (tenant-source, vcluster-source) on their own rows: until 2026-12-04 their "
-            "LISTs and WATCHes were counted as the functions' client's. Knative Eventing's controller by its "
-            "user agent (it runs as the test bed's admin), counted since 2026-12-05: its subjectaccessreviews are "
-            "vcluster-source's access check, three per Tenant namespace on each reconcile.",
+            "sources on their own rows (tenant-source's adapter; the vCluster watch, vcluster-source's adapter "
+            "until 2026-12-06): until 2026-12-04 their LISTs and WATCHes were counted as the functions' client's. "
+            "Knative Eventing's controller by its user agent (it runs as the test bed's admin), counted since "
+            "2026-12-05: until 2026-12-06 its subjectaccessreviews were vcluster-source's access check, three per "
+            "Tenant namespace on each reconcile.",
             "helm invocations: every process the functions started (HELM_EXECUTABLE counting wrapper), by subcommand.",
         ),
     )

@@ -1,14 +1,14 @@
-"""How soon after the vCluster is up the Tenant says Ready: with vcluster-source's events, and
+"""How soon after the vCluster is up the Tenant says Ready: with the vCluster watch's hints, and
 without them (the 15 s poll alone).
 
 ``python -m bench ready-after [--tenants 6]`` starts the local stack with the spec's 15 s poll and
 a 5 s vCluster boot, then creates Tenants one at a time and, polling the API server every 20 ms,
 records when Secret ``vc-<release>`` (what vcluster writes once its control plane runs, after its
-pod is ready) first exists and when the Tenant is first ``Ready``. It does that twice: with both
-ApiServerSources running, then with vcluster-source's adapter held (its pod gone, as a lost
-source would be), where only check-ready's poll notices. For each it prints the Secret-to-Ready
-time (p50, p95, max) and check-ready's deliveries per Tenant from the broker's wire, split into
-the poll's and the look's (``io.kubeopera.tenant.vcluster.changed``).
+pod is ready) first exists and when the Tenant is first ``Ready``. It does that twice: with the
+vCluster watch running, then with it stopped (its pod gone), where only check-ready's poll
+notices (until 2026-12-06 the hints came from Knative's ApiServerSource vcluster-source). For
+each it prints the Secret-to-Ready time (p50, p95, max) and check-ready's deliveries per Tenant
+from the broker's wire, split into the poll's and the look's (``io.kubeopera.tenant.vcluster.changed``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from shared.adapters.kube import Kube
 from shared.model import event_types
 from shared.model.naming import VCLUSTER_CONFIG_KEY
 from shared.model.tenant import Phase
-from testbed.local.manifests import VCLUSTER_SOURCE
+from testbed.local.manifests import VCLUSTER_WATCH
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
 from .report import Table, ms, percentile, table
@@ -37,7 +37,7 @@ STEP = 0.02  # how often the bench looks at the Secret and the Tenant
 class Sample:
     secret_to_ready: float  # seconds
     polls: int  # check-ready's deliveries of the poll event for this Tenant
-    looks: int  # ... of the router's hint
+    looks: int  # ... of the vCluster watch's hint
 
 
 def _one(stack: Stack, kube: Kube, name: str, timeout: float = 120.0) -> Sample:
@@ -73,9 +73,9 @@ def main(argv: Sequence[str]) -> list[Table]:
     results: dict[str, list[Sample]] = {}
     with start_stack(options) as stack:
         kube = Kube.connect(stack.admin_kubeconfig)
-        results["events (both sources)"] = [_one(stack, kube, f"with-{n}") for n in range(args.tenants)]
-        stack.stop_adapter(VCLUSTER_SOURCE)
-        results["poll only (vcluster-source held)"] = [_one(stack, kube, f"without-{n}") for n in range(args.tenants)]
+        results["hints (the vCluster watch)"] = [_one(stack, kube, f"with-{n}") for n in range(args.tenants)]
+        stack.stop_function(VCLUSTER_WATCH)
+        results["poll only (the watch stopped)"] = [_one(stack, kube, f"without-{n}") for n in range(args.tenants)]
     rows = []
     for mode, samples in results.items():
         times = [s.secret_to_ready for s in samples]
@@ -97,8 +97,8 @@ def main(argv: Sequence[str]) -> list[Table]:
             rows,
             (
                 "polls: check-ready's deliveries of io.kubeopera.tenant.provisioning (install's event and its "
-                "15 s re-deliveries); looks: of io.kubeopera.tenant.vcluster.changed (the router's hint, and its "
-                "1 s re-deliveries while the Secret is not there yet).",
+                "15 s re-deliveries); looks: of io.kubeopera.tenant.vcluster.changed (the vCluster watch's hint, "
+                "and its 1 s re-deliveries while the Secret is not there yet).",
                 "Times come from polling the API server every 20 ms: each figure is within 20 ms.",
             ),
         )

@@ -87,8 +87,13 @@ def main(argv: Sequence[str]) -> list[Table]:
         table(
             f"resync's pass over {args.tenants + 1} settled Tenants: Python objects held at once, by page size "
             "(2 passes each: median (min-max))",
-            ("items per LIST page", "peak, whole pass (MiB)", "peak, its LISTs alone (MiB)", "left after (MiB)",
-             "pass (s), traced"),  # fmt: skip
+            (
+                "items per LIST page",
+                "peak, whole pass (MiB)",
+                "peak, its LISTs alone (MiB)",
+                "left after (MiB)",
+                "pass (s), traced",
+            ),  # fmt: skip
             rows,
             (
                 "tracemalloc in this process, which runs resync's pass as tenant-resync (its kubeconfig); the LISTs "

@@ -1,29 +1,27 @@
-"""What vcluster-source costs as the fleet grows: Knative's namespace list, per new Tenant namespace.
+"""What hearing a new vCluster costs as the fleet grows: the vCluster watch, per new Tenant namespace.
 
 ``python -m bench sources --namespaces 100,1000,3000`` starts the local stack and, for each N in
 turn, brings the number of namespaces labelled as install labels a Tenant's
-(``kubeopera.io/managed-by: tenant-controller``) to N - 1, waits until Knative's controller has
-given vcluster-source's adapter that list, then creates the N-th namespace with a StatefulSet
-labelled as install's values label a vCluster's (the owner labels), and measures:
+(``kubeopera.io/managed-by: tenant-controller``), each holding a StatefulSet labelled as install's
+values label a vCluster's (the owner labels), to N - 1, waits until the vCluster watch's hints for
+them are answered, then creates the N-th namespace with its StatefulSet and measures:
 
-- how long from that namespace's create until a change of the StatefulSet reached the router (the
-  hint check-ready would get for a new Tenant's vCluster), or that none ever came. Knative's
-  adapter announces nothing its first LIST finds, only what its WATCH sees change after it, so
-  the bench touches the StatefulSet every half second, as vcluster's pod becoming ready would;
-- what that one namespace cost the API server: the SubjectAccessReviews of Knative's controller
-  (its access check of get, list and watch in every matching namespace, on every reconcile),
-  its updates of the adapter's Deployment (each restarts the adapter), the adapter's LISTs and
-  WATCHes (one each per namespace on every start), and the CPU by part of the stack;
-- the size of the adapter's ``K_SOURCE_CONFIG`` (the JSON that carries the namespace list) against
-  Linux's limit of one environment string (MAX_ARG_STRLEN, 32 pages: 131,072 bytes with its
-  name): beyond it no kubelet can start the adapter (execve fails with E2BIG), and neither can the
-  test bed's kubelet stand-in, which runs it as a host process.
+- how long from that namespace's create until check-ready got the hint for the StatefulSet (the
+  look a new Tenant's vCluster gets), or that none ever came. The watch sends one for a new
+  StatefulSet (``shared.model.vcluster_watch.worth_a_look``: nothing was seen before);
+- what that one namespace cost the API server: the requests of the vCluster watch (its LISTs and
+  WATCHes of StatefulSets) and of Knative Eventing's controller (its SubjectAccessReviews), and
+  the CPU by part of the stack; and the watch's resident memory after it.
+
+Until 2026-12-06 the hint came from Knative's ApiServerSource ``vcluster-source``, which this
+bench measured first (bench/RESULTS.md, 2026-12-06 00:56): Knative gave its adapter the list of
+matching namespaces in one environment variable, restarted it for each new one after three
+SubjectAccessReviews per namespace, and from about 2,970 namespaces of the longest names the list
+no longer fit Linux's 131,072 bytes for one environment string.
 
 Namespaces are named ``vcluster-<a 32-character tenantName>``, the longest the CRD allows (41
-characters), so the limit shows at the smallest fleet. No Tenant, helm release or vCluster is
-made: what is measured is Knative's, and a Tenant's provisioning would only add noise. The
-router replies a hint for the StatefulSet's owner labels; check-ready finds no such Tenant and
-answers 204.
+characters), as before. No Tenant, helm release or vCluster is made: check-ready finds no such
+Tenant and answers 204.
 """
 
 from __future__ import annotations
@@ -43,19 +41,18 @@ from shared.model.naming import (
     MANAGED_BY,
     NAMESPACE_PREFIX,
 )
+from testbed.local.manifests import VCLUSTER_WATCH
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 
-from .burst import EVENTING_CONTROLLER, cpu_by_part, lines, received_at
+from .burst import EVENTING_CONTROLLER, cpu_by_part, lines, received_at, worker_rss
 from .report import Table, table
 
-SOURCE = "vcluster-source"
-SOURCE_USER = f"system:serviceaccount:{TENANT_NAMESPACE}:{SOURCE}"
-MAX_ARG_STRLEN = 32 * 4096  # linux include/uapi/linux/binfmts.h: one argv or environment string
+WATCH_USER = f"system:serviceaccount:{TENANT_NAMESPACE}:{VCLUSTER_WATCH}"
 TENANT_NAME_LENGTH = 32  # shared.model.naming.TENANT_NAME_PATTERN: at most 32 characters
 BATCH = 500
 HEARD_TIMEOUT = 180.0
 SETTLE_TIMEOUT = 900.0
-TOUCH_SECONDS = 0.5
+HINT_TRIGGER = "tenant-check-ready-hint"
 
 
 def namespace_name(i: int) -> str:
@@ -72,9 +69,13 @@ def namespace(i: int) -> dict[str, Any]:
     }
 
 
+def owner_name(i: int) -> str:
+    return namespace_name(i).removeprefix(NAMESPACE_PREFIX)
+
+
 def statefulset(i: int) -> dict[str, Any]:
-    """A vCluster's StatefulSet as vcluster-source selects it (the owner labels), with no replicas."""
-    name = namespace_name(i).removeprefix(NAMESPACE_PREFIX)
+    """A vCluster's StatefulSet as the vCluster watch selects it (the owner labels), with no replicas."""
+    name = owner_name(i)
     labels = {LABEL_OWNER_UID: f"00000000-0000-4000-8000-{i:012d}", LABEL_OWNER_NAMESPACE: TENANT_NAMESPACE}
     labels[LABEL_OWNER_NAME] = name
     return {
@@ -99,62 +100,36 @@ def apply(stack: Stack, docs: Sequence[Mapping[str, Any]]) -> None:
         stack.kubectl("apply", "--server-side", "--field-manager=bench", "-f", "-", input=json.dumps(chunk))
 
 
-def source_config(stack: Stack) -> tuple[str, int]:
-    """The adapter Deployment's K_SOURCE_CONFIG and its generation."""
-    listed = json.loads(
-        stack.kubectl(
-            "get", "deployments", "-n", TENANT_NAMESPACE, "-l", f"eventing.knative.dev/sourceName={SOURCE}", "-o=json"
-        )
-    )
-    (deployment,) = listed["items"]
-    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-    config = next(e["value"] for e in env if e["name"] == "K_SOURCE_CONFIG")
-    return config, int(deployment["metadata"]["generation"])
-
-
-def wait_listed(stack: Stack, count: int) -> str:
-    """Wait until Knative gave the adapter a list of ``count`` namespaces; its K_SOURCE_CONFIG."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT
+def hints_answered(stack: Stack, names: set[str], timeout: float) -> None:
+    """Wait until check-ready answered a hint for each Tenant name of ``names``."""
+    deadline = time.monotonic() + timeout
     while True:
-        config, _ = source_config(stack)
-        if len(json.loads(config)["namespaces"] or ()) == count:
-            return config
+        heard = {
+            (d.subject or "").rpartition("/")[2]
+            for d in stack.watch.deliveries()
+            if d.trigger == HINT_TRIGGER and d.status < 300
+        }
+        if names <= heard:
+            return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"Knative did not give {SOURCE} {count} namespaces in {SETTLE_TIMEOUT:.0f} s")
+            raise RuntimeError(f"{len(names - heard)} hints not answered in {timeout:.0f} s")
         time.sleep(1)
 
 
-def adapter_running(stack: Stack) -> bool:
-    try:
-        stack.adapter(SOURCE)
-    except TimeoutError:
-        return False
-    return True
-
-
 def heard(stack: Stack, i: int, since: float, timeout: float) -> float | None:
-    """When the router was first given an event of the i-th StatefulSet (time.time()), or None.
-
-    Knative's adapter sends nothing for what its first LIST finds (``resourceDelegate.Replace``
-    is a no-op), only for changes its WATCH sees after: the StatefulSet is touched (an
-    annotation) every ``TOUCH_SECONDS`` until one is heard, as vcluster's pod becoming ready
-    would change it."""
-    ns, name = namespace_name(i), statefulset(i)["metadata"]["name"]
+    """When check-ready was first given the hint for the i-th StatefulSet (time.time()), or None."""
+    subject = f"{TENANT_NAMESPACE}/{owner_name(i)}"
     deadline = time.monotonic() + timeout
-    touched = 0.0
     while time.monotonic() < deadline:
         for d in stack.watch.deliveries():
-            if d.service == "tenant-router" and d.time >= since and f"/namespaces/{ns}/" in (d.subject or ""):
+            if d.trigger == HINT_TRIGGER and d.time >= since and d.subject == subject:
                 return d.time
-        if time.monotonic() - touched >= TOUCH_SECONDS:
-            stack.kubectl("annotate", "--overwrite", "statefulset", name, "-n", ns, f"bench/touched={time.time()}")
-            touched = time.monotonic()
         time.sleep(0.05)
     return None
 
 
 def requests_between(stack: Stack, began: float, ended: float) -> Counter[str]:
-    """The controller's and the adapter's requests received in [began, ended] (audit log)."""
+    """The controller's and the vCluster watch's requests received in [began, ended] (audit log)."""
     assert stack.control_plane is not None
     counts: Counter[str] = Counter()
     for line in lines(stack.control_plane.audit_log):
@@ -169,46 +144,40 @@ def requests_between(stack: Stack, began: float, ended: float) -> Counter[str]:
         what = f"{entry['verb']} {ref['resource']}"
         if entry.get("userAgent", "").startswith(EVENTING_CONTROLLER):
             counts[f"controller: {what}"] += 1
-        elif entry["user"]["username"] == SOURCE_USER:
-            counts[f"adapter: {what}"] += 1
+        elif entry["user"]["username"] == WATCH_USER:
+            counts[f"watch: {what}"] += 1
     return counts
 
 
 def step(stack: Stack, there: int, n: int) -> dict[str, str]:
     """Bring the labelled namespaces from ``there`` to ``n``; the last one is measured."""
-    apply(stack, [namespace(i) for i in range(there, n - 1)])
-    wait_listed(stack, n - 1)
-    running_before = adapter_running(stack)
-    time.sleep(2 + n / 500)  # the adapter's start and its LISTs done: the window holds the new namespace alone
-    _, generation = source_config(stack)
+    earlier = range(there, n - 1)
+    apply(stack, [namespace(i) for i in earlier])
+    apply(stack, [statefulset(i) for i in earlier])
+    hints_answered(stack, {owner_name(i) for i in earlier}, SETTLE_TIMEOUT)
+    time.sleep(2)  # the window holds the new namespace alone
     cpu_before = cpu_by_part(stack)
     began = time.time()
     apply(stack, [namespace(n - 1)])
     apply(stack, [statefulset(n - 1)])
     at = heard(stack, n - 1, began, HEARD_TIMEOUT)
-    after = wait_listed(stack, n)  # K_SOURCE_CONFIG as Knative wrote it, started or not
     ended = (at if at is not None else time.time()) + 2
     time.sleep(max(0.0, ended - time.time()) + 1)  # the audit log is written asynchronously
     cpu = {part: s - cpu_before.get(part, 0.0) for part, s in cpu_by_part(stack).items()}
     to_hear = f"{at - began:.1f}" if at is not None else f"never ({HEARD_TIMEOUT:.0f} s)"
-    _, generation_after = source_config(stack)
     counts = requests_between(stack, began, ended)
-    size = len("K_SOURCE_CONFIG=") + len(after.encode()) + 1
-    row = {
+    return {
         "labelled namespaces": str(n),
-        "K_SOURCE_CONFIG (bytes, with its name)": f"{size:,}",
-        "over Linux's 131,072 for one env string": "yes" if size > MAX_ARG_STRLEN else "no",
-        "adapter running before": "yes" if running_before else "no",
-        "namespace created -> StatefulSet heard (s)": to_hear,
+        "namespace created -> hint at check-ready (s)": to_hear,
         "controller SubjectAccessReviews": str(counts["controller: create subjectaccessreviews"]),
-        "adapter Deployment updates (restarts)": str(generation_after - generation),
-        "adapter LISTs of StatefulSets": str(counts["adapter: list statefulsets"]),
-        "adapter WATCHes of StatefulSets": str(counts["adapter: watch statefulsets"]),
+        "watch LISTs of StatefulSets": str(counts["watch: list statefulsets"]),
+        "watch WATCHes of StatefulSets": str(counts["watch: watch statefulsets"]),
         "CPU s, kube-apiserver": f"{cpu.get('kube-apiserver', 0.0):.2f}",
         "CPU s, Knative Eventing": f"{cpu.get('Knative Eventing (broker, channel, controllers)', 0.0):.2f}",
+        "CPU s, the vCluster watch": f"{cpu.get('the vCluster watch', 0.0):.3f}",
+        "the watch's worker RSS after (MiB)": f"{worker_rss(stack).get(VCLUSTER_WATCH, 0.0):.1f}",
         "window (s)": f"{ended - began:.1f}",
     }
-    return row
 
 
 def main(argv: Sequence[str]) -> list[Table]:
@@ -228,17 +197,15 @@ def main(argv: Sequence[str]) -> list[Table]:
     keys = list(rows[0])
     return [
         table(
-            "vcluster-source: one more Tenant namespace, with N - 1 there (one stack, N in turn)",
+            "The vCluster watch: one more Tenant namespace, with N - 1 there (one stack, N in turn)",
             ("what", *(r["labelled namespaces"] for r in rows)),
             [(k, *(r[k] for r in rows)) for k in keys[1:]],
             (
-                "Window: from the N-th namespace's create to 2 s after the router got its StatefulSet's event "
+                "Window: from the N-th namespace's create to 2 s after check-ready got its StatefulSet's hint "
                 "(or the timeout). Requests from the API server's audit log: Knative Eventing's controller by its "
-                "user agent, the adapter by its ServiceAccount.",
-                "Namespaces named with the longest tenantName (41 characters); no Tenant, release or vCluster.",
-                "No CPU row for the adapter: it restarts within the window, and a process gone takes its CPU "
-                "count with it. 'adapter running before': ready within 60 s of getting the N - 1 list (it opens "
-                "a LIST and a WATCH per namespace, at client-go's default 5 requests a second).",
+                "user agent, the watch by its ServiceAccount; a WATCH counted when it starts.",
+                "Namespaces named with the longest tenantName (41 characters), each with one labelled StatefulSet; "
+                "no Tenant, release or vCluster.",
             ),
         )
     ]

@@ -322,7 +322,7 @@ def answer(
     *,
     vcluster: VClusterProbe,
 ) -> BaseCloudEvent | None:
-    """The poll's event to ``handle``, the router's hint to ``look``."""
+    """The poll's event to ``handle``, the vCluster watch's hint to ``look``."""
     step = look if event.get_type() in lifecycle.CHECK_READY.hints else handle
     return step(kube, releases, settings, event, ref, vcluster=vcluster)
 

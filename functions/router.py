@@ -1,13 +1,12 @@
 """router: the one door for Tenant changes; it sends on only those that are work.
 
-Takes the ApiServerSources' ``dev.knative.apiserver.resource.add`` / ``.update`` / ``.delete``.
-For a Tenant (``tenant-source``) it decides from that object alone, with ``shared.model.lifecycle``
+Takes the ApiServerSource's ``dev.knative.apiserver.resource.add`` / ``.update`` / ``.delete``
+of a Tenant (``tenant-source``). It decides from that object alone, with ``shared.model.lifecycle``
 (``next_step``), whether a step has work: it replies ``io.kubeopera.tenant.install`` (no phase
 yet, a new generation, a Failed Tenant patched back to Pending, a settled one without our
 finalizer) or ``io.kubeopera.tenant.cleanup`` (a deletion cleanup has not started), or answers
-204 and nothing goes on. For a vCluster's StatefulSet (``vcluster-source``: its pods became
-ready, or stopped being so) it replies ``io.kubeopera.tenant.vcluster.changed`` for the Tenant
-its owner labels name, and check-ready looks at once instead of at its next poll.
+204 and nothing goes on. (A vCluster's StatefulSet changes reach check-ready from the vCluster
+watch, ``functions.vcluster_watch``, not through here.)
 
 Most Tenant changes are the pipeline's own status writes coming back
 through the ApiServerSource; before the router each of them woke install and cleanup (a helm-
@@ -45,9 +44,6 @@ log = logging.getLogger(__name__)
 def route(event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     """The step's event for this Tenant change, or None when it is no work."""
     data = event.get_data()
-    if isinstance(data, dict) and data.get("kind") == events.VCLUSTER_KIND:
-        log.debug("the vCluster changed; check-ready looks")
-        return events.make(event_types.VCLUSTER_CHANGED, NAME, ref)
     try:
         tenant = Tenant.from_object(data if isinstance(data, dict) else {})
     except PermanentError as err:  # install re-reads the live Tenant and fails it, saying why

@@ -40,6 +40,11 @@ class Conflict(TemporaryError):
     """Someone else changed the object first (HTTP 409 from the API server)."""
 
 
+class WatchExpired(TemporaryError):
+    """A watch's resourceVersion is older than the history the API server keeps (410 Gone): list
+    again, and watch from the list's version."""
+
+
 class NamespaceTerminating(TemporaryError):
     """Nothing new can be made in a namespace that is being deleted (the API server's 403)."""
 

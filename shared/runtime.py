@@ -37,6 +37,7 @@ from shared.model.cluster import OwnedNamespace, Rollout, StoredSecret, Volume
 from shared.model.isolation import PolicyObject
 from shared.model.release import ReleaseState
 from shared.model.tenant import Tenant, TenantRef
+from shared.model.vcluster_watch import Change, Key, Seen
 from shared.observability import logs, tracing
 from shared.settings import Settings
 from shared.steps.access import AccessApi
@@ -64,6 +65,8 @@ class Cluster(AccessApi, ClaimSource, Leases, RecordSource, RolloutKube, Rotatio
     def delete_namespace(self, name: str) -> None: ...
     def get_rollout(self, namespace: str, name: str) -> Rollout | None: ...
     def list_rollouts(self, label_selector: str) -> dict[tuple[str, str], Rollout]: ...
+    def list_seen(self, label_selector: str) -> tuple[dict[Key, Seen], str]: ...
+    def watch_seen(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Iterator[Change]: ...
     def iter_secrets(
         self, namespace: str, label_selector: str, keys: Collection[str]
     ) -> Iterator[tuple[str, StoredSecret]]: ...
@@ -125,11 +128,13 @@ class Runtime:
     vcluster_api: VClusterProbe | None = None
 
     @classmethod
-    def from_env(cls, function: str) -> Runtime:
-        """Settings from the environment, logs configured, the Kubernetes client connected."""
-        settings = Settings.from_env()
+    def from_env(cls, function: str, *, deliveries: bool = True) -> Runtime:
+        """Settings from the environment, logs configured, the Kubernetes client connected.
+        ``deliveries``: the broker delivers to this process (every function but the vCluster
+        watch), so it checks who sends (sender identity)."""
+        settings = Settings.from_env(deliveries=deliveries)
         logs.configure(settings.log_level, function=function, environment=settings.environment)
-        if not settings.verify_senders:
+        if deliveries and not settings.verify_senders:
             log.warning(
                 "SENDER_IDENTITY=off: this function acts on any request that reaches it, not only the broker's; "
                 "use it only on a cluster without Knative's authentication-oidc feature"

@@ -111,7 +111,9 @@ class Settings:
         return bool(self.sender_audience)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, deliveries: bool = True) -> Settings:
+        """The settings the environment gives; without ``deliveries`` (a process nothing is
+        delivered to: the vCluster watch) no sender settings are read or needed."""
         env = os.environ if environ is None else environ
         defaults = cls()
 
@@ -174,7 +176,7 @@ class Settings:
             external_server=_external_server(env),
             plans=_plans(env),
             rollout_max_parallel=_positive_int(env, "ROLLOUT_MAX_PARALLEL", defaults.rollout_max_parallel, "Tenants"),
-            **_senders(env),
+            **(_senders(env) if deliveries else {}),
         )
 
 

@@ -1,9 +1,8 @@
 """CloudEvents in and out: parse a request (binary or structured), build our own events.
 
 Inbound events are hints (design.md rule 1): this module only extracts *which* Tenant an event
-speaks about (a ``TenantRef``); functions re-read the Tenant before acting. The ApiServerSources'
-events carry the whole object: a Tenant, or a vCluster's StatefulSet, whose owner labels name its
-Tenant; our own carry ``{namespace, name, uid, generation}`` (design.md section 3).
+speaks about (a ``TenantRef``); functions re-read the Tenant before acting. The ApiServerSource's
+events carry the whole Tenant; our own carry ``{namespace, name, uid, generation}`` (design.md section 3).
 Outbound events are written in binary mode, the way Knative delivers.
 """
 
@@ -21,16 +20,12 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from shared.errors import BadEvent
-from shared.model import ownership
 from shared.model.event_types import APISERVER_TYPES
 from shared.model.tenant import KIND, TenantRef
 
 SOURCE_PREFIX: Final = "/kubeopera/tenants/"
 
 _FORMAT = JSONFormat()
-# The kind of a Tenant's vCluster control plane, watched by the second ApiServerSource.
-VCLUSTER_KIND: Final = "StatefulSet"
-
 # What Kubernetes accepts as a namespace and as an object's name; a reference to anything else
 # names no object, and must not reach a URL or a selector.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -62,12 +57,12 @@ def tenant_ref(event: BaseCloudEvent) -> TenantRef:
         raise BadEvent(f"event {event.get_type()} carries no JSON object as data")
     if event.get_type() in APISERVER_TYPES:
         kind = data.get("kind")
-        if kind not in (KIND, VCLUSTER_KIND):
-            raise BadEvent(f"event {event.get_type()} is about a {kind!r}, not a {KIND} or its {VCLUSTER_KIND}")
+        if kind != KIND:
+            raise BadEvent(f"event {event.get_type()} is about a {kind!r}, not a {KIND}")
         meta = data.get("metadata")
         if not isinstance(meta, dict):
             raise BadEvent(f"{kind} object in the event has no metadata")
-        fields: Mapping[str, Any] = meta if kind == KIND else _owner_fields(meta)
+        fields: Mapping[str, Any] = meta
     else:
         fields = data
     try:
@@ -84,16 +79,6 @@ def tenant_ref(event: BaseCloudEvent) -> TenantRef:
     if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
         raise BadEvent("event data: generation must be a whole number")
     return TenantRef(namespace=namespace, name=name, uid=uid, generation=generation)
-
-
-def _owner_fields(meta: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The Tenant a vCluster's StatefulSet belongs to, from its owner labels (which install sets
-    through the chart's values): namespace, name and uid; the generation is not known there."""
-    labels = meta.get("labels")
-    owner = ownership.owner_of(labels) if isinstance(labels, dict) else None
-    if owner is None:
-        raise BadEvent(f"{VCLUSTER_KIND} {meta.get('namespace')}/{meta.get('name')} carries no owner labels")
-    return {"namespace": owner.namespace, "name": owner.name, "uid": owner.uid, "generation": 0}
 
 
 def ref_data(ref: TenantRef) -> dict[str, Any]:

@@ -82,6 +82,10 @@ class Step:
     handle: Handle | None = None
     on_permanent: Callable[[TenantRef, PermanentError], object] = _no_tenant_to_fail
     ready: Callable[[], bool] = field(default=_always_ready)
+    # Whether the process still does its work (``/healthz``); False makes the kubelet restart it.
+    # A step's work is its deliveries, so only a step that works on its own (the vCluster watch's
+    # thread) says anything but True.
+    alive: Callable[[], bool] = field(default=_always_ready)
     tick: Callable[[BaseCloudEvent], None] | None = None
     # The namespace whose Tenants this function serves (``TENANT_NAMESPACE``): the ApiServerSource
     # watches only it, so an event about a Tenant elsewhere is foreign, and is ignored.
@@ -109,7 +113,9 @@ def function_app(step: Step, senders: SenderCheck | None = None) -> Flask:
 
     @app.get("/healthz")
     def healthz() -> Response:
-        return Response("ok\n", mimetype="text/plain")
+        if step.alive():
+            return Response("ok\n", mimetype="text/plain")
+        return Response("not alive\n", status=503, mimetype="text/plain")
 
     @app.get("/readyz")
     def readyz() -> Response:

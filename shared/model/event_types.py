@@ -18,8 +18,8 @@ KUBECONFIG_STORED: Final = "io.kubeopera.tenant.kubeconfig.stored"
 # install's and cleanup's own types: the router's replies to the ApiServerSource, and resync's re-drives.
 INSTALL: Final = "io.kubeopera.tenant.install"
 CLEANUP: Final = "io.kubeopera.tenant.cleanup"
-# The router's hint that a Tenant's vCluster changed (its StatefulSet, from the second
-# ApiServerSource): check-ready looks at once instead of at its next poll.
+# The vCluster watch's hint that a Tenant's vCluster changed (its StatefulSet's rollout;
+# functions.vcluster_watch): check-ready looks at once instead of at its next poll.
 VCLUSTER_CHANGED: Final = "io.kubeopera.tenant.vcluster.changed"
 # The PingSource's tick (its type is fixed by Knative); data is the PingSource's own.
 PING: Final = "dev.knative.sources.ping"

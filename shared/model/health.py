@@ -4,7 +4,7 @@ Phase ``Ready`` (the original operator's) and the condition ``Ready`` say the vC
 provisioned for the Tenant's generation and answered through its kubeconfig once. Neither changes
 when it stops working a week later. ``VClusterAvailable`` does: notify-api writes it True with
 Ready (check-ready has just seen the control plane ready and its API answer); check-ready's look at
-each change of the vCluster's StatefulSet (vcluster-source), and resync's pass over every Tenant,
+each change of the vCluster's StatefulSet (the vCluster watch), and resync's pass over every Tenant,
 keep it (``shared.steps.availability``): no ready control-plane pod makes it False, reason
 ``ControlPlaneNotReady``; a ready pod whose API does not answer through the stored kubeconfig
 (resync asks it on each pass) False, reason ``APINotServing``; a ready one that answers True

@@ -106,7 +106,7 @@ class Step:
 ROUTER = Step(
     "tenant-router",
     takes=frozenset({event_types.APISERVER_ADD, event_types.APISERVER_UPDATE, event_types.APISERVER_DELETE}),
-    replies=frozenset({event_types.INSTALL, event_types.CLEANUP, event_types.VCLUSTER_CHANGED}),
+    replies=frozenset({event_types.INSTALL, event_types.CLEANUP}),
     dead_letter=DeadLetter.NOTHING,
 )
 INSTALL = Step(
@@ -121,7 +121,7 @@ CHECK_READY = Step(
     replies=frozenset({event_types.READY, event_types.PROVISIONING}),  # a fresh poll event: events.renewal_due
     polls=True,
     redrive=event_types.PROVISIONING,
-    hints=frozenset({event_types.VCLUSTER_CHANGED}),  # the router's, from the vCluster's StatefulSet
+    hints=frozenset({event_types.VCLUSTER_CHANGED}),  # the vCluster watch's (functions.vcluster_watch)
 )
 STORE_KUBECONFIG = Step(
     "tenant-store-kubeconfig",

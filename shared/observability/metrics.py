@@ -30,6 +30,10 @@ metric                                                         answers
                                                                progress, halted, outside), resync's last tick
 ``kubeopera_tenant_rollout_halted{tenant}``                    1 for the Tenant where a fleet upgrade halted
 ``kubeopera_tenant_resync_pass_seconds``                       how long resync's last pass took
+``kubeopera_tenant_vcluster_hints_total{outcome}``              vCluster changes the vCluster watch sent to
+                                                               check-ready (sent), lost (failed), or ignored
+``kubeopera_tenant_vcluster_watch_lists_total``                 the vCluster watch's LISTs (start, and after
+                                                               each expired watch)
 =============================================================  ===============================================
 
 Under gunicorn with several workers the metrics are kept in ``PROMETHEUS_MULTIPROC_DIR``
@@ -165,6 +169,18 @@ ROLLOUT_HALTED = Gauge(
     "1 for the Tenant where the fleet upgrade halted (0 once resumed), as of resync's last tick",
     ["tenant"],
     multiprocess_mode="livemostrecent",
+)
+VCLUSTER_HINTS = Counter(
+    "kubeopera_tenant_vcluster_hints_total",
+    "vCluster StatefulSet changes the vCluster watch heard that may move readiness: sent to check-ready "
+    "(sent), lost because the broker did not take them (failed; the poll covers), or naming no Tenant "
+    "this installation serves (ignored)",
+    ["outcome"],
+)
+VCLUSTER_WATCH_LISTS = Counter(
+    "kubeopera_tenant_vcluster_watch_lists_total",
+    "LISTs of the vClusters' StatefulSets by the vCluster watch: one at start, one after each watch the API "
+    "server expired (410)",
 )
 ORPHANS_REMOVED = Counter(
     "kubeopera_tenant_orphans_removed_total",

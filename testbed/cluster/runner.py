@@ -92,7 +92,7 @@ def _serve(cluster: ClusterStack, options: ClusterRunOptions, out: TextIO) -> No
 
 def _poll(cluster: ClusterStack, kube: Kube, shown: _Shown) -> None:
     with contextlib.suppress(ProcessError, ValueError):  # a failed sample is shown at the next one
-        pods = ready_pods(cluster.node, NAMESPACE, cluster.functions)
+        pods = ready_pods(cluster.node, NAMESPACE, cluster.services)
         if pods != shown.pods:
             running = ", ".join(f"{s.removeprefix('tenant-')} {n}" for s, n in pods.items() if n) or "none"
             shown.view.say(f"pods running per function: {running}")

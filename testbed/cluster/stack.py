@@ -103,7 +103,8 @@ class ClusterStack:
     registry: Registry
     chart_ref: str
     api: ApiStandIn
-    functions: tuple[str, ...]  # the Knative Services of deploy/base
+    services: tuple[str, ...]  # the Knative Services of deploy/base
+    functions: tuple[str, ...]  # those of them that scale with their events, from zero (all but the vCluster watch)
     run_dir: Path
 
     @property
@@ -261,8 +262,9 @@ def _bring_up(
     )
 
     _install(node, project, [])
-    functions = tuple(d["metadata"]["name"] for d in project.objects if d["kind"] == "Service"
-                      and d["apiVersion"].startswith("serving.knative.dev"))  # fmt: skip
+    ksvcs = [d for d in project.objects if d["kind"] == "Service" and d["apiVersion"].startswith("serving.knative.dev")]
+    services = tuple(d["metadata"]["name"] for d in ksvcs)
+    functions = tuple(d["metadata"]["name"] for d in ksvcs if _min_scale(d) == 0)
     for kind in ("ksvc", "broker", "trigger", "apiserversource", "pingsource"):
         _wait_ready(node, kind, NAMESPACE)
 
@@ -274,10 +276,23 @@ def _bring_up(
             node.kubeconfig, options.vcluster_boot_seconds, api_port=free_port(), api_host=NODE_IP, endpoints=True
         )
     )
-    stack.enter_context(podlogs.PodLogs(node, NAMESPACE, functions, run_dir / podlogs.FOLDER))
+    stack.enter_context(podlogs.PodLogs(node, NAMESPACE, services, run_dir / podlogs.FOLDER))
     return ClusterStack(
-        node=node, tools=tools, registry=registry, chart_ref=chart_ref, api=api, functions=functions, run_dir=run_dir
+        node=node,
+        tools=tools,
+        registry=registry,
+        chart_ref=chart_ref,
+        api=api,
+        services=services,
+        functions=functions,
+        run_dir=run_dir,
     )
+
+
+def _min_scale(ksvc: dict[str, Any]) -> int:
+    """The Knative Service's ``autoscaling.knative.dev/min-scale`` (0 when it sets none)."""
+    annotations = ksvc["spec"]["template"].get("metadata", {}).get("annotations") or {}
+    return int(annotations.get("autoscaling.knative.dev/min-scale", "0"))
 
 
 def _registry(tools: ClusterToolchain, node: Node, run_dir: Path, stack: contextlib.ExitStack) -> tuple[Registry, str]:

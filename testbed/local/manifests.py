@@ -29,7 +29,7 @@ from testbed.toolchain import Toolchain, knative_check
 
 BROKER = "default"
 SOURCE = "tenant-source"  # the ApiServerSource of Tenants in eventing/, and its ServiceAccount
-VCLUSTER_SOURCE = "vcluster-source"  # the ApiServerSource of vClusters' StatefulSets
+VCLUSTER_WATCH = "tenant-vcluster-watch"  # the Knative Service that watches vClusters' StatefulSets
 
 # A function's Knative Service starts the image with one argument, the gunicorn app of its module.
 

@@ -165,7 +165,10 @@ def plan(
         )
 
     env: dict[str, dict[str, str]] = {}
+    expecting = _expecting_deliveries(docs)
     for service, allowed in subjects.items():
+        if not allowed and service not in expecting:
+            continue  # nothing is delivered to it (the vCluster watch): it checks no sender
         if not allowed:
             raise StackError(f"no Trigger of Broker {broker} delivers to {service}: nothing could be allowed to")
         if len(audiences[service]) != 1:
@@ -176,6 +179,17 @@ def plan(
             "SENDER_SUBJECTS": ",".join(sorted(allowed)),
         }
     return Plan(namespace, env, identities, tuple(unlisted))
+
+
+def _expecting_deliveries(docs: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The Knative Services that declare SENDER_AUDIENCE: the broker must deliver to them."""
+    found = set()
+    for doc in docs:
+        if (doc.get("apiVersion"), doc.get("kind")) == (SERVING, "Service"):
+            env = doc["spec"]["template"]["spec"]["containers"][0].get("env") or []
+            if any(e["name"] == "SENDER_AUDIENCE" for e in env):
+                found.add(doc["metadata"]["name"])
+    return found
 
 
 def check_declared(manifests: Iterable[Mapping[str, Any]], sender_plan: Plan) -> None:

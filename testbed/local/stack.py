@@ -230,11 +230,20 @@ class Stack:
         "Change a setting"). Returns once it answers ``/readyz``; a later restart starts from the
         first environment again."""
         spec = self.function_specs[service]
+        self.stop_function(service)
+        again = ProcessSpec(spec.name, spec.argv, dict(spec.env) | dict(env), spec.cwd, spec.inherit_env)
+        return self.supervisor.start(again, HttpProbe(f"{url_of(spec)}readyz"), ready_timeout=120.0)
+
+    def stop_function(self, service: str) -> None:
+        """A function's process stopped and kept stopped (its pods gone) until :meth:`start_function`."""
         for process in self.supervisor.processes:
             if process.spec.name == service:
                 self.supervisor.stop(process)
-        again = ProcessSpec(spec.name, spec.argv, dict(spec.env) | dict(env), spec.cwd, spec.inherit_env)
-        return self.supervisor.start(again, HttpProbe(f"{url_of(spec)}readyz"), ready_timeout=120.0)
+
+    def start_function(self, service: str) -> ManagedProcess:
+        """A function stopped by :meth:`stop_function` started again as it first was; returns once
+        it answers ``/readyz`` (the vCluster watch: once its first LIST is in)."""
+        return self.restart_function(service, {})
 
     def start_replica(
         self, service: str, env: Mapping[str, str] | None = None, name: str | None = None

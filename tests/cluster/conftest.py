@@ -51,6 +51,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     sections = [
         ("Tenants now", lambda: tenant_lines(stack)),
         ("Tenant Events", lambda: event_lines(stack)),
-        ("function lines since the test started", lambda: function_log_lines(stack.pod_logs, stack.functions, since)),
+        ("function lines since the test started", lambda: function_log_lines(stack.pod_logs, stack.services, since)),
     ]
     result.sections.append(("cluster: what happened", report(sections, max_lines=120)))

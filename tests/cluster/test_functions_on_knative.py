@@ -61,7 +61,7 @@ def _callbacks(cluster: ClusterStack) -> list[object]:
 
 def test_the_pods_run_the_image_start_command(cluster: ClusterStack) -> None:
     entrypoint = list(function_image_config().entrypoint)
-    for service in cluster.functions:
+    for service in cluster.services:
         ksvc = cluster.get("ksvc", service, "-n", NAMESPACE)
         container = ksvc["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == entrypoint, service
@@ -194,7 +194,7 @@ def _ticked_until(cluster: ClusterStack, name: str, want: tuple[str, str]) -> No
 
 def test_the_availability_follows_the_vcluster_down_and_up_again(cluster: ClusterStack) -> None:
     """Truth after Ready on real pods: the stand-in's control plane taken down is heard from its
-    StatefulSet's change (vcluster-source's adapter pod, the router's and check-ready's pods) with no
+    StatefulSet's change (the vCluster watch's pod, check-ready's pod) with no
     resync tick, and ``kubectl wait`` sees it; its API refusing every connection is found through
     the stored kubeconfig, over real CoreDNS and kube-proxy (resync's pass from its pod, or the
     look); each comes back, with an Event on each change, and the phase stays Ready."""

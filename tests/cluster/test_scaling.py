@@ -37,14 +37,20 @@ def _all_at_zero(cluster: ClusterStack) -> dict[str, int] | None:
     return counts if pods == 0 else None
 
 
-def test_every_function_scales_to_zero(cluster: ClusterStack) -> None:
-    """At one moment every function runs no pod and asks for none. Checked together: the cluster's
-    real resync schedule (every five minutes) may wake tenant-resync between two separate looks."""
+def test_every_function_scales_to_zero_and_the_vcluster_watch_keeps_its_one_pod(cluster: ClusterStack) -> None:
+    """At one moment every function runs no pod and asks for none, while the vCluster watch (min
+    and max scale 1: nothing would wake a watch from zero) runs its one. Checked together: the
+    cluster's real resync schedule (every five minutes) may wake tenant-resync between two
+    separate looks."""
+    (watch,) = set(cluster.services) - set(cluster.functions)
+    assert watch == "tenant-vcluster-watch"
 
     def at_zero_and_asking_for_none() -> bool:
-        return _all_at_zero(cluster) and all(cluster.desired_scale(s) == 0 for s in cluster.functions)
+        return bool(_all_at_zero(cluster)) and all(cluster.desired_scale(s) == 0 for s in cluster.functions)
 
     wait_for("every function at zero pods, asking for none", at_zero_and_asking_for_none, timeout=420, interval=2)
+    assert ready_pods(cluster.node, NAMESPACE, (watch,)) == {watch: 1}
+    assert cluster.desired_scale(watch) == 1
 
 
 def _a_ready_tenant(cluster: ClusterStack) -> str:

@@ -54,8 +54,11 @@ def function_modules() -> dict[str, str]:
 
 
 # Every function (Service -> module); each Service has a Trigger of the same name, but for the
-# dead-letter sink, which has none.
+# dead-letter sink, which has none, and the vCluster watch, to which nothing is delivered.
 FUNCTION_MODULES = function_modules()
+WATCH = "tenant-vcluster-watch"
+# The Services the broker delivers to: every one but the vCluster watch.
+RECEIVERS = {name: module for name, module in FUNCTION_MODULES.items() if name != WATCH}
 
 
 def objects_of(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:

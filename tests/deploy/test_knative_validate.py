@@ -29,11 +29,13 @@ from .manifests import (
     run_checker,
 )
 
-# Broker, its EventPolicy, two ApiServerSources, PingSource, SinkBinding, and a Trigger per step
+# Broker, its EventPolicy, the ApiServerSource, PingSource, two SinkBindings, and a Trigger per step
 # and per step's hint Trigger
 TRIGGER_COUNT = len(lifecycle.STEPS) + sum(bool(step.hints) for step in lifecycle.STEPS)
 EVENTING_OBJECTS = 6 + TRIGGER_COUNT
-RENDERED_OBJECTS = EVENTING_OBJECTS + len(lifecycle.STEPS) + 1  # the above, and a Service per step and dead-letter
+RENDERED_OBJECTS = (
+    EVENTING_OBJECTS + len(lifecycle.STEPS) + 2
+)  # the above, a Service per step, dead-letter's and the vCluster watch's
 
 
 def _ok_lines(stdout: str) -> list[str]:

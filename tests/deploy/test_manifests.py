@@ -13,17 +13,15 @@ from typing import Any
 import pytest
 
 from functions import check_ready
-from shared.delivery import events
 from shared.model import event_types, lifecycle, ownership
 from shared.model.naming import (
     ANNOTATION_DELETION_PROTECTION,
     DEFAULT_TENANT_NAMESPACE,
-    LABEL_MANAGED_BY,
     LABEL_OWNER_UID,
-    MANAGED_BY,
 )
 from shared.model.tenant import GROUP, PLURAL, Tenant
 from shared.model.values import vcluster_values
+from shared.model.vcluster_watch import SELECTOR
 from shared.settings import HELM_KILL_AFTER_SECONDS, Settings
 from shared.steps import access
 from shared.steps.locks import LEASE_SECONDS
@@ -40,6 +38,7 @@ from .manifests import (
     REPO,
     SERVICES,
     TRIGGERS,
+    WATCH,
     dockerfile_entrypoint,
     dockerfile_env,
     documents,
@@ -119,8 +118,9 @@ def test_overlay_renders_everything(rendered: Mapping[str, str], overlay: str) -
     assert kinds["Service"] == set(FUNCTION_MODULES)
     assert kinds["Trigger"] == {p.stem for p in TRIGGERS.glob("*.yaml")}
     assert kinds["Broker"] == {"default"}
-    assert kinds["ApiServerSource"] == {"tenant-source", "vcluster-source"}
-    assert kinds["ServiceAccount"] == {*FUNCTION_MODULES, "tenant-source", "vcluster-source"}
+    assert kinds["ApiServerSource"] == {"tenant-source"}
+    assert kinds["ServiceAccount"] == {*FUNCTION_MODULES, "tenant-source"}
+    assert kinds["SinkBinding"] == {"tenant-resync", "tenant-vcluster-watch"}
     assert kinds["Namespace"] == {NAMESPACE}
     assert "tenant-functions-config" in kinds["ConfigMap"]
     assert kinds["ValidatingAdmissionPolicy"] == kinds["ValidatingAdmissionPolicyBinding"]
@@ -268,7 +268,7 @@ def test_router_trigger_takes_every_tenant_change_and_nothing_else() -> None:
     (trigger,) = file_documents(TRIGGERS / "tenant-router.yaml")
     assert trigger["spec"]["filters"] == [
         {"any": [{"exact": {"type": t}} for t in sorted(lifecycle.ROUTER.takes, key=ADD_UPDATE_DELETE.index)]},
-        {"any": [{"exact": {"kind": "Tenant"}}, {"exact": {"kind": "StatefulSet"}}]},  # events.VCLUSTER_KIND
+        {"exact": {"kind": "Tenant"}},
     ]
 
 
@@ -339,9 +339,10 @@ def test_service_runs_its_function_safely(name: str) -> None:
     annotations = template["metadata"]["annotations"]
     assert int(annotations["autoscaling.knative.dev/max-scale"]) >= 1
     assert container["envFrom"] == [{"configMapRef": {"name": "tenant-functions-config"}}]
-    assert env["INTERNAL_SERVICE_TOKEN"]["valueFrom"] == {
-        "secretKeyRef": {"name": "kubeopera-internal-token", "key": "token", "optional": True}
-    }
+    if name != WATCH:  # it sends no callback
+        assert env["INTERNAL_SERVICE_TOKEN"]["valueFrom"] == {
+            "secretKeyRef": {"name": "kubeopera-internal-token", "key": "token", "optional": True}
+        }
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     # Knative's aggressive readiness probe (queue-proxy, every 50 ms) only without a period:
     # with one, a pod woken from zero waited for the kubelet's next probe (cold start).
@@ -460,11 +461,10 @@ def test_deletion_protection_guards_tenants_by_the_models_annotation() -> None:
     assert f"kubectl annotate {PLURAL}.{GROUP} " in refusal["messageExpression"]
 
 
-def test_sources_read_tenants_and_statefulsets_and_nothing_else() -> None:
+def test_the_tenant_source_reads_tenants_and_nothing_else() -> None:
     rules = _rules(EVENTING / "apiserversource-rbac.yaml")
     assert [(kind, rule) for kind, _, rule in rules] == [
         ("Role", {"apiGroups": ["kubeopera.io"], "resources": ["tenants"], "verbs": ["get", "list", "watch"]}),
-        ("ClusterRole", {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]}),
     ]
     (source,) = file_documents(EVENTING / "apiserversource.yaml")
     assert source["spec"]["serviceAccountName"] == "tenant-source"
@@ -472,25 +472,29 @@ def test_sources_read_tenants_and_statefulsets_and_nothing_else() -> None:
     assert source["spec"]["resources"] == [{"apiVersion": "kubeopera.io/v1alpha1", "kind": "Tenant"}]
 
 
-def test_vcluster_source_watches_only_owned_statefulsets_in_our_namespaces() -> None:
-    (source,) = file_documents(EVENTING / "vcluster-source.yaml")
-    spec = source["spec"]
-    assert spec["serviceAccountName"] == "vcluster-source"
-    assert spec["mode"] == "Resource", "the router reads the owner labels from the object"
-    # the namespaces install makes (ownership.namespace_labels), the StatefulSets its values label
-    assert spec["namespaceSelector"] == {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY}}
-    assert spec["resources"] == [
-        {
-            "apiVersion": "apps/v1",
-            "kind": events.VCLUSTER_KIND,
-            "selector": {"matchExpressions": [{"key": LABEL_OWNER_UID, "operator": "Exists"}]},
-        }
+def test_the_vcluster_watch_lists_and_watches_statefulsets_and_nothing_else() -> None:
+    rules = _rules(DEPLOY / "base" / "rbac" / f"{WATCH}.yaml")
+    assert [(kind, rule) for kind, _, rule in rules] == [
+        ("ClusterRole", {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "watch"]}),
     ]
+    template = _services()[WATCH]["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/min-scale"] == annotations["autoscaling.knative.dev/max-scale"] == "1"
+    env = _env(template["spec"]["containers"][0])
+    assert env["GUNICORN_WORKERS"]["value"] == "1", "one worker, one watch"
+    assert not {"SENDER_AUDIENCE", "SENDER_SUBJECTS"} & set(env), "nothing is delivered to it"
+    (binding,) = file_documents(EVENTING / "vcluster-watch-sinkbinding.yaml")
+    assert binding["spec"]["subject"] == {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": WATCH}
+    assert binding["spec"]["sink"]["ref"]["kind"] == "Broker"
+
+
+def test_the_vcluster_watch_selects_the_statefulsets_install_labels() -> None:
+    assert SELECTOR == LABEL_OWNER_UID
     (example,) = file_documents(DEPLOY / "examples" / "alice-default.yaml")
     example["metadata"]["uid"] = "0d6f6a1c-1b7e-4c3e-9a51-2f0c8e4b7d10"
     tenant = Tenant.from_object(example)
-    assert ownership.namespace_labels(tenant)[LABEL_MANAGED_BY] == MANAGED_BY
     statefulset = vcluster_values(tenant, "production")["controlPlane"]["statefulSet"]["labels"]
+    assert LABEL_OWNER_UID in statefulset
     assert ownership.owner_of(statefulset) == ownership.Owner(tenant.namespace, tenant.name, tenant.uid)
 
 

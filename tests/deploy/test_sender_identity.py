@@ -20,8 +20,10 @@ from shared.settings import Settings
 from .manifests import (
     EVENTING,
     FUNCTION_MODULES,
+    RECEIVERS,
     SERVICES,
     TRIGGERS,
+    WATCH,
     WITHOUT_SENDER_IDENTITY,
     documents,
     file_documents,
@@ -65,7 +67,7 @@ def expected_senders() -> dict[str, set[str]]:
     """Service -> the Trigger identities that deliver to it: as subscriber, and as dead-letter
     sink (the Trigger's own, or the Broker's for a Trigger without one; the filter sends both
     with the Trigger's identity)."""
-    senders: dict[str, set[str]] = {name: set() for name in FUNCTION_MODULES}
+    senders: dict[str, set[str]] = {name: set() for name in RECEIVERS}
     for name, trigger in triggers().items():
         spec = trigger["spec"]
         senders[spec["subscriber"]["ref"]["name"]].add(trigger_identity(name))
@@ -88,7 +90,7 @@ def test_the_brokers_dead_letter_sink_has_the_audience_too() -> None:
     assert broker_dead_letter_audience() == env(DEAD_LETTER)["SENDER_AUDIENCE"]
 
 
-@pytest.mark.parametrize("service", sorted(FUNCTION_MODULES))
+@pytest.mark.parametrize("service", sorted(RECEIVERS))
 def test_each_function_admits_exactly_the_triggers_that_deliver_to_it(service: str) -> None:
     settings = Settings.from_env(env(service) | {"SENDER_IDENTITY": "oidc"})
     assert settings.verify_senders
@@ -120,9 +122,9 @@ def test_the_broker_admits_our_sources_and_the_triggers_replies_only() -> None:
     }
     assert sources == {
         ("ApiServerSource", "tenant-source"),
-        ("ApiServerSource", "vcluster-source"),
         ("PingSource", "tenant-resync"),
         ("SinkBinding", "tenant-resync"),
+        ("SinkBinding", "tenant-vcluster-watch"),
     }
     expected = {identity(name, "sources.knative.dev", kind) for kind, name in sources}
     expected |= {trigger_identity(name) for name in triggers()}
@@ -134,6 +136,8 @@ def test_without_sender_identity_component_turns_it_off_everywhere(kubectl: Path
     services = objects_of(rendered, "Service")
     assert set(services) == set(FUNCTION_MODULES)
     for name, service in services.items():
+        if name == WATCH:  # nothing is delivered to it: it checks no sender, on or off
+            continue
         environ = {e["name"]: e.get("value", "") for e in service["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert environ["SENDER_IDENTITY"] == "off", name
         assert not Settings.from_env(environ | {"KUBEOPERA_API_BASE_URL": "http://x:1"}).verify_senders

@@ -32,7 +32,7 @@ FOLD = {("", "events", "get"), ("", "events", "patch")}
 
 CHART_ROLE_KINDS = {"configmaps", "secrets", "services", "serviceaccounts", "pods", "pods/attach", "pods/portforward"}
 SOURCES_RBAC = REPO / "eventing" / "apiserversource-rbac.yaml"
-SOURCES = ("tenant-source", "vcluster-source")  # the ApiServerSources' ServiceAccounts
+SOURCES = ("tenant-source",)  # the ApiServerSource's ServiceAccount
 NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
     **{
         source: [
@@ -44,10 +44,7 @@ NOT_EXERCISED_HERE: dict[str, list[tuple[str, set[str], set[str], str]]] = {
                 "which only lists and watches",
             )
         ]
-        for source, group, resource in (
-            ("tenant-source", "kubeopera.io", "tenants"),
-            ("vcluster-source", "apps", "statefulsets"),
-        )
+        for source, group, resource in (("tenant-source", "kubeopera.io", "tenants"),)
     },
     "tenant-install": [
         (

@@ -34,7 +34,7 @@ from shared.steps.locks import work_lock
 from testbed.admin_kube import AdminKube
 from testbed.knative.broker_watch import Delivery
 from testbed.local.api_gate import ApiGate
-from testbed.local.manifests import VCLUSTER_SOURCE
+from testbed.local.manifests import VCLUSTER_WATCH
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.toolchain import Toolchain
@@ -229,20 +229,20 @@ def start_adapter_again(pipeline: Stack) -> None:
 # -- the fault table --------------------------------------------------------------------------
 
 
-def test_the_vcluster_source_down_leaves_readiness_to_the_poll(pipeline: Stack, kube: Kube) -> None:
-    """vcluster-source's pod gone (its events lost): check-ready's poll alone finds the vCluster
-    up, as before that source existed; no hint reaches check-ready for this Tenant."""
-    pipeline.stop_adapter(VCLUSTER_SOURCE)
+def test_the_vcluster_watch_down_leaves_readiness_to_the_poll(pipeline: Stack, kube: Kube) -> None:
+    """The vCluster watch's pod gone (its hints lost): check-ready's poll alone finds the vCluster
+    up, as before the watch existed; no hint reaches check-ready for this Tenant."""
+    pipeline.stop_function(VCLUSTER_WATCH)
     try:
         started = time.monotonic()
         pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-unheard", cs(40)))
         tenant = ready(kube, "fa-unheard")
     finally:
-        pipeline.start_adapter(VCLUSTER_SOURCE)
+        pipeline.start_function(VCLUSTER_WATCH)
     mine = [d for d in pipeline.watch.deliveries() if d.subject == f"{TENANT_NAMESPACE}/fa-unheard"]
     assert [d.trigger for d in mine if d.reply_type == event_types.READY] == ["tenant-check-ready"]
     assert not [d for d in mine if d.trigger == "tenant-check-ready-hint"]
-    report("vcluster-source down while a vCluster boots", tenant, started)
+    report("vCluster watch down while a vCluster boots", tenant, started)
 
 
 def test_adapter_down_while_a_tenant_is_created(pipeline: Stack, kube: Kube, adapter_down: None) -> None:
@@ -263,15 +263,15 @@ def test_broker_restarted_mid_chain(pipeline: Stack, kube: Kube) -> None:
     """Knative's MTChannelBasedBroker on the InMemoryChannel keeps in-flight events in memory: a
     restart of its data plane (ingress, filter, channel dispatcher) loses check-ready's next poll.
     Resync is what finds the Tenant again (docs/deploy.md: a durable broker class avoids the loss).
-    vcluster-source is held here: its event of the vCluster booting after the restart would
+    The vCluster watch is held here: its hint of the vCluster booting after the restart would
     otherwise bring the Tenant to Ready itself (check-ready's look), and resync's part is what
     this fault is about."""
     started = time.monotonic()
-    pipeline.stop_adapter(VCLUSTER_SOURCE)
+    pipeline.stop_function(VCLUSTER_WATCH)
     try:
         _lose_the_chain_with_the_broker(pipeline, kube)
     finally:
-        pipeline.start_adapter(VCLUSTER_SOURCE)
+        pipeline.start_function(VCLUSTER_WATCH)
     tick(pipeline)
     report("broker restarted mid-chain", ready(kube, "fa-broker"), started)
 
@@ -814,7 +814,7 @@ def test_a_settled_pass_writes_nothing(pipeline: Stack, kube: Kube) -> None:
     writes = [e for e in ours if e["verb"] not in ("get", "list", "watch") and e not in reviews]
     assert writes == [], [(e["user"]["username"], e["verb"], e.get("objectRef")) for e in writes]
     assert len(reviews) <= 1, "one sender check for the one tick"
-    readers = {"tenant-resync", "tenant-source", "vcluster-source"}
+    readers = {"tenant-resync", "tenant-source", "tenant-vcluster-watch"}
     assert {e["user"]["username"].rsplit(":", 1)[1] for e in ours} <= readers
 
 

@@ -176,7 +176,7 @@ def test_a_vcluster_that_goes_down_after_ready_is_said_unavailable_and_available
     seen("fault: stand-in control plane annotated not-ready")
     control_plane(pipeline, kube, olive, "not-ready")
     seen("StatefulSet readyReplicas 0")
-    # heard from the StatefulSet's change (vcluster-source, check-ready's look): no resync tick
+    # heard from the StatefulSet's change (the vCluster watch, check-ready's look): no resync tick
     pipeline.kubectl(
         "wait", "--for=condition=VClusterAvailable=False", f"tenant/{olive}", "-n", TENANT_NAMESPACE, "--timeout=30s"
     )

@@ -25,6 +25,7 @@ from shared.adapters.kube import Kube
 from shared.adapters.vcluster_api import VClusterApi
 from shared.cli import main as cli_main
 from shared.model import lifecycle
+from shared.model.event_types import VCLUSTER_CHANGED
 from shared.model.tenant import Tenant, parse_time
 from shared.model.values import vcluster_values
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
@@ -166,19 +167,15 @@ def test_readiness_poll_waits_15s_between_checks(pipeline: Stack, alice: Tenant)
 
 
 def test_readiness_is_heard_from_the_vcluster_not_at_the_next_poll(pipeline: Stack, alice: Tenant) -> None:
-    """vcluster-source (the real adapter, configured by Knative from its namespaceSelector) sees
-    alice's StatefulSet change as it boots; the router makes each change a hint for check-ready,
-    which looks at once and, once vcluster has written its Secret, replies ready. With a 20 s boot
-    and a 15 s poll, the poll after that comes seconds later and finds alice Ready already."""
+    """The vCluster watch (one LIST, then one WATCH of labelled StatefulSets over all namespaces)
+    hears alice's StatefulSet change as it boots and sends check-ready a hint, which looks at once
+    and, once vcluster has written its Secret, replies ready. With a 20 s boot and a 15 s poll,
+    the poll after that comes seconds later and finds alice Ready already. No StatefulSet reaches
+    the router: it routes Tenants only."""
     mine = [a for a in pipeline.watch.deliveries() if (a.subject or "").endswith("/alice-default")]
-    statefulset_changes = [
-        a
-        for a in pipeline.watch.deliveries()
-        if a.trigger == "tenant-router" and a.reply_type == "io.kubeopera.tenant.vcluster.changed"
-        and "vcluster-alice-default" in (a.subject or "")
-    ]
+    assert not [a for a in mine if a.trigger == "tenant-router" and a.reply_type == VCLUSTER_CHANGED]
     hints = [a for a in mine if a.trigger == "tenant-check-ready-hint"]
-    assert statefulset_changes, "the router turned alice's StatefulSet changes into hints"
+    assert hints and all(a.type == VCLUSTER_CHANGED for a in hints), "the watch's hints reached check-ready"
     assert hints and all(a.service == "tenant-check-ready" for a in hints)
     ready = [a for a in mine if a.reply_type == "io.kubeopera.tenant.ready"]
     assert [a.trigger for a in ready][:1] == ["tenant-check-ready-hint"], [(a.trigger, a.status) for a in mine]

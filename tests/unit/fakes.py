@@ -43,6 +43,7 @@ from shared.model.naming import DEFAULT_TENANT_NAMESPACE, LABEL_OWNER_UID, VCLUS
 from shared.model.rbac import Role, RoleBinding
 from shared.model.release import DEPLOYED, PENDING_STATES, ReleaseState
 from shared.model.tenant import API_VERSION, FINALIZER, KIND, StatusUpdate, Tenant, TenantEvent, TenantRef
+from shared.model.vcluster_watch import Change, Seen
 from shared.observability import tracing
 from shared.runtime import Runtime
 from shared.settings import Settings
@@ -171,6 +172,14 @@ class FakeKube:
         self.claims: dict[tuple[str, str], Marker] = {}  # Leases cloudspace-<id> (shared.steps.claims)
         self.rollouts: dict[tuple[str, str], Rollout] = {}  # StatefulSets, as their controller reports them
         self.unlabelled: set[tuple[str, str]] = set()  # StatefulSets no label selector finds (made by hand)
+        # The vCluster watch's view: what a LIST returns (at list_version), and each WATCH's
+        # events in turn (a Change, or an error raised there); with none left a WATCH calls
+        # out_of_watches and ends.
+        self.seen: dict[tuple[str, str], Seen] = {}
+        self.list_version = "100"
+        self.watches: list[list[Change | TemporaryError]] = []
+        self.watched_from: list[str] = []  # the resourceVersion each WATCH started at
+        self.out_of_watches: Callable[[], None] = lambda: None
         self.service_ranges: list[tuple[str, list[str]]] | None = [("kubernetes", ["10.0.0.0/24"])]
         self.policies: set[tuple[str, PolicyObject]] = set()
         self.volumes: dict[
@@ -403,6 +412,21 @@ class FakeKube:
         """Every StatefulSet but the ``unlabelled`` (install's values label each one it makes)."""
         _tally(self.calls, "list_rollouts")
         return {key: rollout for key, rollout in self.rollouts.items() if key not in self.unlabelled}
+
+    def list_seen(self, label_selector: str) -> tuple[dict[tuple[str, str], Seen], str]:
+        _tally(self.calls, "list_seen")
+        return dict(self.seen), self.list_version
+
+    def watch_seen(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Iterator[Change]:
+        _tally(self.calls, "watch_seen")
+        self.watched_from.append(resource_version)
+        if not self.watches:
+            self.out_of_watches()
+            return
+        for item in self.watches.pop(0):
+            if isinstance(item, TemporaryError):
+                raise item
+            yield item
 
     def restart_rollout(self, namespace: str, name: str, at: str) -> int | None:
         """A new generation of the pod template; its controller has not rolled it out yet."""

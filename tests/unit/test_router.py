@@ -19,7 +19,7 @@ from cloudevents.core.v1.event import CloudEvent
 from functions import check_ready, cleanup, dead_letter, install, notify_api, router, store_kubeconfig
 from shared.delivery import events
 from shared.errors import BadEvent
-from shared.model import event_types, lifecycle, ownership
+from shared.model import event_types, lifecycle
 from shared.model.tenant import FINALIZER, Phase, Tenant
 
 from .fakes import (
@@ -154,44 +154,12 @@ def test_an_object_that_is_no_tenant_goes_to_install_which_reads_the_live_one() 
     assert sent is not None and sent.get_type() == event_types.INSTALL
 
 
-def vcluster_statefulset(owner: dict[str, Any] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A vCluster's StatefulSet as vcluster-source sends it: the owner labels install's values set."""
-    found = ownership.owner_labels(Tenant.from_object(owner)) if owner else {}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"namespace": "vcluster-bob", "name": "vc-bob", "labels": {**found, **(labels or {})}},
-        "spec": {"replicas": 1},
-        "status": {"readyReplicas": 1},
-    }
-
-
-@pytest.mark.parametrize("event_type", [ADD, UPDATE, DELETE])
-def test_a_vcluster_change_becomes_check_readys_hint_for_the_tenant_its_labels_name(event_type: str) -> None:
-    owner = tenant(settled("Provisioning"))
-    event = apiserver_event(vcluster_statefulset(owner), event_type)
-    ref = events.tenant_ref(event)
-    assert (ref.namespace, ref.name, ref.uid) == (TENANT_NAMESPACE, "bob", owner["metadata"]["uid"])
-    sent = router.route(event, ref)
-    assert sent is not None and sent.get_type() == event_types.VCLUSTER_CHANGED
-    assert lifecycle.STEP_FOR_TYPE[event_types.VCLUSTER_CHANGED] == lifecycle.CHECK_READY
-    assert events.tenant_ref(sent) == ref
-
-
-@pytest.mark.parametrize(
-    "labels",
-    [{}, {"kubeopera.io/owner-uid": "u"}, {"kubeopera.io/owner-uid": "u", "kubeopera.io/owner-name": "bob"}],
-    ids=["none", "uid-only", "no-namespace"],
-)
-def test_a_statefulset_without_complete_owner_labels_is_refused(labels: dict[str, str]) -> None:
-    event = apiserver_event(vcluster_statefulset(None, labels), UPDATE)
-    with pytest.raises(BadEvent, match="carries no owner labels"):
-        events.tenant_ref(event)
-
-
-def test_any_other_kind_is_refused() -> None:
-    obj = vcluster_statefulset(tenant(None)) | {"kind": "Pod"}
-    with pytest.raises(BadEvent, match="about a 'Pod'"):
+@pytest.mark.parametrize("kind", ["StatefulSet", "Pod"])
+def test_any_other_kind_is_refused(kind: str) -> None:
+    """Tenants only: a vCluster's StatefulSet changes reach check-ready from the vCluster watch
+    (functions.vcluster_watch), never through the router."""
+    obj = tenant(None) | {"kind": kind}
+    with pytest.raises(BadEvent, match=f"about a '{kind}'"):
         events.tenant_ref(apiserver_event(obj, UPDATE))
 
 

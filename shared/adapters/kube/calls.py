@@ -1,7 +1,8 @@
 """How the Kubernetes adapter makes a request: each in a client span, its failure classified once.
 
-A 409 becomes ``Conflict``; 429, 5xx and connection failures ``TemporaryError``; a 403 for a namespace
-being deleted ``NamespaceTerminating`` (temporary); other 401/403 ``Forbidden``, a ``PermanentError``
+A 409 becomes ``Conflict``; a 410 (a watch's or a page's version too old) ``WatchExpired``; 429,
+5xx and connection failures ``TemporaryError``; a 403 for a namespace being deleted
+``NamespaceTerminating`` (temporary); other 401/403 ``Forbidden``, a ``PermanentError``
 (a missing RBAC rule does not heal by retrying; the callers that read where install grants access at
 run time make it temporary, ``shared.steps.access``); 400/422 ``PermanentError`` (the object we sent
 is invalid). Also the forms a request's answer can take (created or there already, absent or not,
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import urllib3
 
 from shared.adapters.kube.client import ApiException, k8s
-from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError
+from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentError, TemporaryError, WatchExpired
 from shared.observability import tracing
 
 T = TypeVar("T")
@@ -76,6 +77,8 @@ def _classified(what: str, fn: Callable[[], T]) -> T:
             # install delivery. Only those callers know that they read there, so they turn this
             # Forbidden into a TemporaryError themselves (access.granted_at_run_time).
             raise Forbidden(f"{what}: the API server refused it ({status} {reason})") from None
+        if status == 410:
+            raise WatchExpired(f"{what}: the API server no longer holds that version ({reason})") from None
         if status in (400, 422):
             raise PermanentError(f"{what}: the API server found it invalid ({status}): {_api_message(err)}") from None
         if status == 429 or status >= 500 or status == 0:
@@ -130,14 +133,22 @@ def as_json(response: Any) -> dict[str, Any]:
 
 
 def paged(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
-    """Every item of a LIST as JSON, ``PAGE`` at a time: ``fetch`` is called with ``limit``,
-    ``_continue`` and ``_preload_content``, until the API server gives no ``continue`` token.
-    A page is asked for when the one before has been consumed, and let go then: a caller that
-    keeps a little of each item never holds more than one page as JSON."""
+    """Every item of a LIST as JSON, ``PAGE`` at a time (``pages``): a caller that keeps a little
+    of each item never holds more than one page as JSON."""
+    for page in pages(what, fetch):
+        yield from page.get("items") or []
+
+
+def pages(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
+    """Each page of a LIST as JSON (its ``items`` and ``metadata``): ``fetch`` is called with
+    ``limit``, ``_continue`` and ``_preload_content``, until the API server gives no ``continue``
+    token. A page is asked for when the one before has been consumed, and let go then. Every page
+    of one LIST is of the same snapshot: the first page's ``metadata.resourceVersion`` is the
+    list's, the one to watch from."""
     token: str | None = None
     while True:
         page = call(what, functools.partial(_page, fetch, token))
-        yield from page.get("items") or []
+        yield page
         token = page.get("metadata", {}).get("continue") or None
         if token is None:
             return

@@ -95,5 +95,6 @@ load()
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
+from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
 
-__all__ = ["ApiException", "k8s", "k8s_config", "load", "names_in"]
+__all__ = ["ApiException", "iter_resp_lines", "k8s", "k8s_config", "load", "names_in"]

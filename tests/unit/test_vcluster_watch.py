@@ -1,0 +1,209 @@
+"""The vCluster watch: which StatefulSet changes become check-ready's hints, and how the watch goes
+on through an expired version, a failed request and a broker that does not take a hint."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from functions import vcluster_watch
+from functions.vcluster_watch import Watch
+from shared.delivery import events
+from shared.errors import TemporaryError, WatchExpired
+from shared.model import event_types, lifecycle
+from shared.model.cluster import Rollout
+from shared.model.ownership import Owner
+from shared.model.vcluster_watch import Change, Seen, relisted, tenant_of, worth_a_look
+from tests.unit.fakes import FakeHelm, FakeKube, FakeKubeoperaApi, FakeSink, fake_runtime
+
+BOOTING = Rollout(generation=1, observed_generation=1, replicas=1, ready_replicas=0, updated_replicas=1)
+UP = Rollout(generation=1, observed_generation=1, replicas=1, ready_replicas=1, updated_replicas=1)
+ALICE = Owner("tenants", "alice", "uid-a")
+BOB = Owner("tenants", "bob", "uid-b")
+
+
+def seen(owner: Owner | None, rollout: Rollout = BOOTING, name: str = "") -> Seen:
+    release = name or f"vc-{owner.name if owner else 'stray'}"
+    return Seen(namespace=release.replace("vc-", "vcluster-"), name=release, owner=owner, rollout=rollout)
+
+
+def change(kind: str, what: Seen | None, version: str) -> Change:
+    return Change(kind=kind, seen=what, resource_version=version)
+
+
+def run(kube: FakeKube, sink: FakeSink, namespace: str | None = "tenants") -> Watch:
+    """The watch until the fake has no WATCH left to give."""
+    stop = threading.Event()
+    kube.out_of_watches = stop.set
+    watch = Watch(kube, lambda: sink, namespace)
+    watch.run(stop)
+    return watch
+
+
+def hinted(sink: FakeSink) -> list[str]:
+    """The Tenants the hints sent name, in order; each is check-ready's hint, as the step table says."""
+    assert lifecycle.STEP_FOR_TYPE[event_types.VCLUSTER_CHANGED] == lifecycle.CHECK_READY
+    assert all(e.get_type() == event_types.VCLUSTER_CHANGED for e in sink.sent)
+    return [events.tenant_ref(e).key for e in sink.sent]
+
+
+# -- the decision ----------------------------------------------------------------------------
+
+
+def test_a_change_is_worth_a_look_when_the_rollout_moves_and_not_for_metadata_alone() -> None:
+    assert worth_a_look(None, seen(ALICE))  # new
+    assert worth_a_look(seen(ALICE), None)  # gone
+    assert worth_a_look(seen(ALICE, BOOTING), seen(ALICE, UP))  # its pod became ready
+    assert not worth_a_look(seen(ALICE, UP), seen(ALICE, UP))  # a label, an annotation, a resync
+    assert not worth_a_look(None, None)
+
+
+def test_a_relist_names_what_is_new_changed_or_gone_and_nothing_else() -> None:
+    known = {s.key: s for s in (seen(ALICE, BOOTING), seen(BOB, UP), seen(None, UP))}
+    carol = seen(Owner("tenants", "carol", "uid-c"))
+    listed = {s.key: s for s in (seen(ALICE, UP), seen(BOB, UP), carol)}
+    assert {s.name for s in relisted(known, listed)} == {"vc-alice", "vc-carol", "vc-stray"}
+
+
+def test_the_tenant_of_a_change_is_the_owner_labels_one_in_the_namespace_served() -> None:
+    ref = tenant_of(seen(ALICE), "tenants")
+    assert ref is not None and (ref.namespace, ref.name, ref.uid, ref.generation) == ("tenants", "alice", "uid-a", 0)
+    assert tenant_of(seen(ALICE), None) == ref
+    assert tenant_of(seen(ALICE), "elsewhere") is None
+    assert tenant_of(seen(None), "tenants") is None
+
+
+# -- the watch -------------------------------------------------------------------------------
+
+
+def test_the_first_list_sends_nothing_and_each_change_after_it_one_hint() -> None:
+    kube, sink = FakeKube(), FakeSink()
+    kube.seen = {seen(ALICE).key: seen(ALICE)}
+    kube.watches = [
+        [
+            change("MODIFIED", seen(ALICE, BOOTING), "101"),  # same rollout: metadata only
+            change("ADDED", seen(BOB), "102"),
+            change("MODIFIED", seen(ALICE, UP), "103"),
+            change("BOOKMARK", None, "110"),
+            change("DELETED", seen(BOB), "111"),
+        ]
+    ]
+    watch = run(kube, sink)
+    assert watch.ready()
+    assert hinted(sink) == ["tenants/bob", "tenants/alice", "tenants/bob"]
+    assert kube.calls["list_seen"] == 1
+    assert kube.watched_from == ["100", "111"]  # the next WATCH from the last version, the bookmark's included
+
+
+def test_a_change_naming_no_tenant_served_here_sends_nothing() -> None:
+    kube, sink = FakeKube(), FakeSink()
+    kube.watches = [
+        [
+            change("ADDED", seen(None), "101"),  # owner labels incomplete
+            change("ADDED", seen(Owner("other", "dan", "uid-d")), "102"),  # another installation's Tenants
+        ]
+    ]
+    run(kube, sink)
+    assert sink.sent == []
+
+
+def test_an_expired_watch_lists_again_and_sends_what_changed_meanwhile() -> None:
+    kube, sink = FakeKube(), FakeSink()
+    kube.seen = {s.key: s for s in (seen(ALICE), seen(BOB))}
+    kube.watches = [[change("MODIFIED", seen(ALICE, UP), "101"), WatchExpired("too old")]]
+
+    def relist_changed(real: FakeKube = kube) -> None:
+        real.seen = {seen(ALICE, UP).key: seen(ALICE, UP)}  # bob's StatefulSet went while no watch was open
+        real.list_version = "200"
+
+    kube.watches.append([])  # the WATCH after the re-list ends at once
+    original = kube.list_seen
+    calls = 0
+
+    def list_seen(selector: str) -> tuple[dict[tuple[str, str], Seen], str]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            relist_changed()
+        return original(selector)
+
+    kube.list_seen = list_seen  # type: ignore[method-assign]
+    run(kube, sink)
+    assert calls == 2
+    assert hinted(sink) == ["tenants/alice", "tenants/bob"]  # alice's change, then bob gone; alice not twice
+    assert kube.watched_from[:2] == ["100", "200"]
+
+
+def test_a_failed_watch_is_tried_again_from_the_same_version_after_a_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, sink = FakeKube(), FakeSink()
+    kube.watches = [[change("ADDED", seen(ALICE), "101"), TemporaryError("connection reset", retry_after=2)]]
+    waits: list[float] = []
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
+    kube.out_of_watches = stop.set
+    Watch(kube, lambda: sink, "tenants").run(stop)
+    assert waits == [2]
+    assert kube.calls["list_seen"] == 1, "a failed request is not an expired version: no new LIST"
+    assert kube.watched_from == ["100", "101"]
+    assert hinted(sink) == ["tenants/alice"]
+
+
+def test_failures_in_a_row_wait_longer_up_to_the_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, sink = FakeKube(), FakeSink()
+    kube.watches = [[TemporaryError("down", retry_after=2)] for _ in range(6)]
+    waits: list[float] = []
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
+    kube.out_of_watches = stop.set
+    Watch(kube, lambda: sink, "tenants").run(stop)
+    assert waits == [2, 4, 8, 16, 30, 30]
+
+
+def test_a_hint_the_broker_does_not_take_is_dropped_and_the_watch_goes_on() -> None:
+    kube = FakeKube()
+    refusing = FakeSink(failure=TemporaryError("the broker answered 503"))
+    kube.watches = [[change("ADDED", seen(ALICE), "101"), change("ADDED", seen(BOB), "102")]]
+    run(kube, refusing)
+    assert kube.watched_from == ["100", "102"], "both changes taken; the next WATCH goes on from the last"
+
+
+def test_no_sink_yet_loses_the_hint_not_the_watch() -> None:
+    kube = FakeKube()
+    kube.watches = [[change("ADDED", seen(ALICE), "101")]]
+    stop = threading.Event()
+    kube.out_of_watches = stop.set
+
+    def no_sink() -> FakeSink:
+        raise TemporaryError("no sink yet: K_SINK is unset")
+
+    Watch(kube, no_sink, "tenants").run(stop)
+    assert kube.watched_from == ["100", "101"]
+
+
+def test_readyz_waits_for_the_first_list_and_healthz_for_the_thread(kube: FakeKube) -> None:
+    """Through the app's probes: not ready while the LIST fails; alive until an error no retry
+    mends (a bug) ends the watch's thread."""
+    listing = threading.Event()
+    outcome: list[BaseException] = []
+
+    def list_seen(selector: str) -> tuple[dict[tuple[str, str], Seen], str]:
+        listing.set()
+        if not outcome:
+            raise TemporaryError("API server down", retry_after=0)
+        raise outcome[0]
+
+    kube.list_seen = list_seen  # type: ignore[method-assign]
+    app = vcluster_watch.create_app(fake_runtime(kube, FakeHelm(kube), FakeKubeoperaApi()))
+    client = app.test_client()
+    assert listing.wait(10)
+    assert client.get("/readyz").status_code == 503
+    assert client.get("/healthz").status_code == 200
+    assert client.post("/", json={}).status_code >= 400, "nothing is delivered to the watch"
+    outcome.append(RuntimeError("a bug"))
+    deadline = time.monotonic() + 60
+    while client.get("/healthz").status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.get("/healthz").status_code == 503
+    assert client.get("/readyz").status_code == 503
