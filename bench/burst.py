@@ -78,10 +78,9 @@ FUNCTIONS = (
     "tenant-cleanup",
 )
 OURS = f"system:serviceaccount:{TENANT_NAMESPACE}:"
-# The ApiServerSources' adapters run as ServiceAccounts of the same namespace (eventing/): their
-# LISTs and WATCHes are Knative's, not the functions', and are counted on their own rows.
-# What feeds the broker: tenant-source's adapter, and the vCluster watch (vcluster-source's
-# adapter until 2026-12-06).
+# What feeds the broker runs as ServiceAccounts of the same namespace: tenant-source's adapter
+# (eventing/) and the vCluster watch (vcluster-source's adapter until 2026-12-06). Their LISTs
+# and WATCHes are not the functions' requests, and are counted on their own rows.
 SOURCES = frozenset({f"{OURS}tenant-source", f"{OURS}{VCLUSTER_WATCH}"})
 # Knative Eventing's controller runs as the test bed's admin; its client's user agent names the
 # binary (client-go's default: "controller/<version> (<os>/<arch>) ..."). Its SubjectAccessReviews

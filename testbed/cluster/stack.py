@@ -17,7 +17,8 @@
    API server, as the vCluster pod would, and serving each vCluster's API behind its Service);
 5. ``deploy/crd`` and ``deploy/base`` with ``eventing/``, changed only where a stand-in or the
    local image must be named (:func:`testbed.cluster.release.project_manifests`), and waits until
-   every Knative Service, the Broker, every Trigger and both sources are Ready.
+   every Knative Service, the Broker, every Trigger and both sources (the ApiServerSource, the
+   PingSource) are Ready.
 
 The node has 2 cores. Knative's own pods (and Traefik's and CoreDNS's) request about 1.2 CPU in
 all, sized for a real cluster, which would leave the functions' pods unschedulable during a burst:

@@ -37,6 +37,7 @@ def test_a_tenant_reaches_ready_through_knative_service_pods(cluster: ClusterSta
         wait_for("pia to be Ready", lambda: phase(cluster, "pia") == "Ready", timeout=300)
         # notify-api comes after Ready: its callback is the end of the chain.
         wait_for("pia's callback", lambda: _callbacks(cluster), timeout=120)
+
         # Each step's pod: Knative's activator sends it the request as soon as its queue-proxy
         # answers, and the kubelet may mark the pod Ready some seconds after it served (on a loaded
         # machine, after the next step's pod): the pod stays for the autoscaler's windows, so wait.

@@ -1,4 +1,4 @@
-"""Is every RBAC rule of ``deploy/base/rbac`` and of the ApiServerSources
+"""Is every RBAC rule of ``deploy/base/rbac`` and of the ApiServerSource
 (``eventing/apiserversource-rbac.yaml``) used, where it applies? Read from the API server's
 audit log.
 

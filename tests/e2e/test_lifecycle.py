@@ -781,7 +781,7 @@ def test_a_claim_left_by_a_tenant_that_is_gone_is_taken_over(pipeline: Stack, ku
 
 def test_every_rbac_rule_is_used_by_the_code(pipeline: Stack) -> None:
     """Runs after the lifecycle tests: the audit log of everything the module did, against
-    deploy/base/rbac and the ApiServerSources' rules. tenant-resync's rules are checked by
+    deploy/base/rbac and the ApiServerSource's rules. tenant-resync's rules are checked by
     tests/e2e/test_faults.py, where it does its work."""
     assert pipeline.control_plane is not None
     services = [s for s in pipeline.functions if s != "tenant-resync"]

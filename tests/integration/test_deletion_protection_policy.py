@@ -282,4 +282,3 @@ def test_a_tenant_being_deleted_cannot_be_protected(control_plane: ControlPlane,
     patch = json.dumps([{"op": "remove", "path": "/metadata/finalizers"}])
     kubectl(cp, "patch", TENANTS, "going", "-n", namespace, "--type=json", "-p", patch)
     assert get(cp, namespace, "going") is None
-

@@ -155,9 +155,7 @@ def admin(kube_admin_kubeconfig: Path) -> Iterator[k8s.CoreV1Api]:
 
 def helm_as(toolchain: Toolchain, chart_ref: str, kubeconfig: Path, cache: Path) -> Helm:
     records = ReleaseRecords(Kube.connect(kubeconfig))  # helm's record, read as the same identity
-    return Helm(
-        chart_ref, CHART_VERSION, cache, records=records, executable=str(toolchain.helm), kubeconfig=kubeconfig
-    )
+    return Helm(chart_ref, CHART_VERSION, cache, records=records, executable=str(toolchain.helm), kubeconfig=kubeconfig)
 
 
 def secret(core: k8s.CoreV1Api, namespace: str, name: str, data: bytes = b"not yours") -> None:

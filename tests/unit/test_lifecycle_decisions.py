@@ -1233,7 +1233,7 @@ def test_check_ready_gives_up_after_the_provision_timeout(kube: FakeKube, helm: 
     assert kube.event("ProvisionTimeout")["type"] == "Warning"
 
 
-# check-ready's look at a changed vCluster (the router's hint from vcluster-source) -----------------
+# check-ready's look at a changed vCluster (the vCluster watch's hint) -----------------
 
 
 def run_look(

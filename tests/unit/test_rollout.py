@@ -206,6 +206,7 @@ def test_a_fleet_change_upgrades_at_most_n_tenants_at_a_time() -> None:
 def test_a_changed_plan_is_a_fleet_change_for_its_tenants_only() -> None:
     """The target is the digest of the values under the Tenant's plan (``plans.release_values``, as
     install hands helm): a plan's new registry mirror puts its Tenants behind, and no other Tenant."""
+
     def settings(registry: str) -> Settings:
         gold = Plan.parse("gold", {"controlPlane": {"advanced": {"defaultImageRegistry": registry}}})
         return dataclasses.replace(BEFORE, plans=Plans.of([gold]))

@@ -103,21 +103,24 @@ ROWS = [
     pytest.param(tenant(retried("ProvisionTimeout")), UPDATE, event_types.INSTALL, id="retried"),
     pytest.param(tenant(marked_retry("RetryRequested")), UPDATE, event_types.INSTALL, id="retried-by-the-cli"),
     pytest.param(tenant(marked_retry("RetryAccepted")), UPDATE, None, id="install-accepted-the-retry"),
-    pytest.param(
-        tenant({"phase": "Pending", "conditions": [READY]}), UPDATE, event_types.INSTALL, id="resync-pending"
-    ),
+    pytest.param(tenant({"phase": "Pending", "conditions": [READY]}), UPDATE, event_types.INSTALL, id="resync-pending"),
     pytest.param(tenant(settled("Ready", READY), deleting=True), UPDATE, event_types.CLEANUP, id="deleted"),
     pytest.param(tenant(None, deleting=True), UPDATE, event_types.CLEANUP, id="deleted-before-install"),
-    pytest.param(tenant(failed("ProvisionTimeout"), deleting=True), UPDATE, event_types.CLEANUP,
-                 id="failed-deleted"),  # fmt: skip
+    pytest.param(
+        tenant(failed("ProvisionTimeout"), deleting=True), UPDATE, event_types.CLEANUP, id="failed-deleted"
+    ),  # fmt: skip
     pytest.param(tenant({"phase": "Deleting"}, deleting=True), UPDATE, None, id="cleanup-running"),
     pytest.param(tenant(failed("CleanupFailed"), deleting=True), UPDATE, None, id="cleanup-gave-up"),
-    pytest.param(tenant(retried("CleanupFailed"), deleting=True), UPDATE, event_types.CLEANUP,
-                 id="cleanup-retried"),  # fmt: skip
-    pytest.param(tenant(settled("Ready", READY), finalizer=False, deleting=True), UPDATE, None,
-                 id="deleted-without-our-finalizer"),  # fmt: skip
-    pytest.param(tenant({"phase": "Deleting"}, finalizer=False, deleting=True), DELETE, None,
-                 id="gone"),  # fmt: skip
+    pytest.param(
+        tenant(retried("CleanupFailed"), deleting=True), UPDATE, event_types.CLEANUP, id="cleanup-retried"
+    ),  # fmt: skip
+    pytest.param(
+        tenant(settled("Ready", READY), finalizer=False, deleting=True),
+        UPDATE,
+        None,
+        id="deleted-without-our-finalizer",
+    ),  # fmt: skip
+    pytest.param(tenant({"phase": "Deleting"}, finalizer=False, deleting=True), DELETE, None, id="gone"),  # fmt: skip
 ]
 
 

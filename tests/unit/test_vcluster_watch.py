@@ -3,6 +3,7 @@ on through an expired version, a failed request and a broker that does not take 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 
 from functions import vcluster_watch
 from functions.vcluster_watch import Watch
+from shared.adapters.kube.workloads import _change
 from shared.delivery import events
 from shared.errors import TemporaryError, WatchExpired
 from shared.model import event_types, lifecycle
@@ -207,3 +209,48 @@ def test_readyz_waits_for_the_first_list_and_healthz_for_the_thread(kube: FakeKu
         time.sleep(0.05)
     assert client.get("/healthz").status_code == 503
     assert client.get("/readyz").status_code == 503
+
+
+# -- the adapter's reading of a watch's lines (pure: no client, no connection) -----------------
+
+# As kube-apiserver writes them (k8s.io/apiserver, a watch's event and its error Status).
+EXPIRED_LINE = (
+    '{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+    '"message":"too old resource version: 1 (205)","reason":"Expired","code":410}}'
+)
+BOOKMARK_LINE = (
+    '{"type":"BOOKMARK","object":{"kind":"StatefulSet","apiVersion":"apps/v1",'
+    '"metadata":{"resourceVersion":"229","creationTimestamp":null,'
+    '"annotations":{"k8s.io/initial-events-end":"true"}},"spec":{},"status":{}}}'
+)
+
+
+def test_a_watch_line_is_a_change_a_bookmark_or_the_end_of_the_watch() -> None:
+    added = {
+        "type": "ADDED",
+        "object": {
+            "metadata": {
+                "name": "vc-amy",
+                "namespace": "vcluster-amy",
+                "resourceVersion": "205",
+                "generation": 1,
+                "labels": {
+                    "kubeopera.io/owner-uid": "u-1",
+                    "kubeopera.io/owner-namespace": "tenants",
+                    "kubeopera.io/owner-name": "amy",
+                },
+            },
+            "spec": {"replicas": 1},
+            "status": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": 1},
+        },
+    }
+    change_ = _change("watch", added)
+    assert change_.kind == "ADDED" and change_.resource_version == "205"
+    assert change_.seen == Seen("vcluster-amy", "vc-amy", Owner("tenants", "amy", "u-1"), UP)
+    bookmark = _change("watch", json.loads(BOOKMARK_LINE))
+    assert (bookmark.kind, bookmark.seen, bookmark.resource_version) == ("BOOKMARK", None, "229")
+    with pytest.raises(WatchExpired, match="too old resource version"):
+        _change("watch", json.loads(EXPIRED_LINE))
+    with pytest.raises(TemporaryError, match="500") as other:
+        _change("watch", {"type": "ERROR", "object": {"code": 500, "message": "internal error"}})
+    assert not isinstance(other.value, WatchExpired)
