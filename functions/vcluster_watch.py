@@ -19,9 +19,10 @@ sent (``relisted``). What it keeps is one ``Seen`` per vCluster (names and five 
 
 A hint only: losing one changes nothing but how soon Ready comes (the poll stays, and resync).
 So a change is sent once, and one the broker does not take is counted and dropped, never
-retried past ``shared.delivery.sink``'s brief retries: a watch that waited on a broker would
-fall behind every other Tenant. The first LIST sends nothing (as Knative's source did not):
-a change from before the process started is the poll's.
+retried past ``shared.delivery.sink``'s brief retries; the hints of the ``BROKER_PAUSE_SECONDS``
+after it are dropped untried: a watch that waited on a broker would fall behind every Tenant.
+The first LIST sends nothing (as Knative's source did not): a change from before the process
+started is the poll's.
 
 It is a Knative Service of one pod (``deploy/base/services/tenant-vcluster-watch.yaml``, min and
 max scale 1) that takes no events: its port serves ``/readyz`` (once the first LIST is in),
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -56,6 +58,9 @@ WATCH_SECONDS = 300
 # After a failed LIST or WATCH, the longest wait before the next (the error's own retry_after
 # first, doubling while failures repeat).
 MOST_BACKOFF_SECONDS = 30
+# After a hint the broker did not take, the hints of the next seconds are dropped without trying:
+# a broker that hangs would otherwise hold the watch for a send's timeout per change.
+BROKER_PAUSE_SECONDS = 5.0
 
 
 class WatchKube(Protocol):
@@ -68,10 +73,18 @@ class WatchKube(Protocol):
 class Watch:
     """The LIST, the WATCH after it, and the hints; ``run`` until ``stop`` is set."""
 
-    def __init__(self, kube: WatchKube, sink: Callable[[], EventSender], namespace: str | None) -> None:
+    def __init__(
+        self,
+        kube: WatchKube,
+        sink: Callable[[], EventSender],
+        namespace: str | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._kube = kube
         self._sink = sink  # asked at each send: K_SINK may come only with a later revision
         self._namespace = namespace
+        self._clock = clock
+        self._broker_paused_until = 0.0
         self._known: dict[Key, Seen] = {}
         self._version = ""  # "" : list (again) before the next watch
         self._listed = threading.Event()
@@ -132,11 +145,18 @@ class Watch:
             log.debug("a StatefulSet naming no Tenant served here", extra={"statefulset": "/".join(seen.key)})
             metrics.VCLUSTER_HINTS.labels("ignored").inc()
             return
+        if self._clock() < self._broker_paused_until:  # a hint: the poll covers it
+            metrics.VCLUSTER_HINTS.labels("failed").inc()
+            return
         try:
             self._sink().send(events.make(event_types.VCLUSTER_CHANGED, NAME, ref))
-        except TemporaryError as err:  # a hint: the poll covers it
-            log.warning("a hint was lost", extra={"tenant": ref.key, "error": str(err)})
+        except TemporaryError as err:
+            log.warning(
+                "a hint was lost; the hints of the next seconds are dropped untried",
+                extra={"tenant": ref.key, "error": str(err), "pause_seconds": BROKER_PAUSE_SECONDS},
+            )
             metrics.VCLUSTER_HINTS.labels("failed").inc()
+            self._broker_paused_until = self._clock() + BROKER_PAUSE_SECONDS
             return
         log.debug("check-ready told", extra={"tenant": ref.key, "statefulset": "/".join(seen.key)})
         metrics.VCLUSTER_HINTS.labels("sent").inc()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
+from cloudevents.core.base import BaseCloudEvent
 
 from functions import vcluster_watch
 from functions.vcluster_watch import Watch
@@ -35,11 +37,13 @@ def change(kind: str, what: Seen | None, version: str) -> Change:
     return Change(kind=kind, seen=what, resource_version=version)
 
 
-def run(kube: FakeKube, sink: FakeSink, namespace: str | None = "tenants") -> Watch:
+def run(
+    kube: FakeKube, sink: FakeSink, namespace: str | None = "tenants", clock: Callable[[], float] = time.monotonic
+) -> Watch:
     """The watch until the fake has no WATCH left to give."""
     stop = threading.Event()
     kube.out_of_watches = stop.set
-    watch = Watch(kube, lambda: sink, namespace)
+    watch = Watch(kube, lambda: sink, namespace, clock)
     watch.run(stop)
     return watch
 
@@ -163,12 +167,27 @@ def test_failures_in_a_row_wait_longer_up_to_the_most(monkeypatch: pytest.Monkey
     assert waits == [2, 4, 8, 16, 30, 30]
 
 
-def test_a_hint_the_broker_does_not_take_is_dropped_and_the_watch_goes_on() -> None:
+def test_a_hint_the_broker_does_not_take_is_dropped_and_so_are_the_next_seconds_untried() -> None:
+    """A broker that refuses (or hangs: a send's timeout each) does not hold the watch: after one
+    failed send, the hints of the next BROKER_PAUSE_SECONDS are counted lost without a try."""
     kube = FakeKube()
-    refusing = FakeSink(failure=TemporaryError("the broker answered 503"))
-    kube.watches = [[change("ADDED", seen(ALICE), "101"), change("ADDED", seen(BOB), "102")]]
-    run(kube, refusing)
-    assert kube.watched_from == ["100", "102"], "both changes taken; the next WATCH goes on from the last"
+    now = [1000.0]
+    tries: list[str] = []
+
+    class Refusing(FakeSink):
+        def send(self, event: BaseCloudEvent) -> None:
+            tries.append(events.tenant_ref(event).name)
+            raise TemporaryError("the broker answered 503")
+
+    def clocked(name: str, version: str, at: float) -> Change:
+        now[0] = at  # the clock as the change arrives
+        return change("ADDED", seen(Owner("tenants", name, f"uid-{name}")), version)
+
+    script = [("amy", "101", 1000.0), ("ben", "102", 1001.0), ("cid", "103", 1004.9), ("dot", "104", 1005.1)]
+    kube.watches = [(clocked(*args) for args in script)]  # type: ignore[list-item]  # the clock moves as they come
+    run(kube, Refusing(), clock=lambda: now[0])
+    assert tries == ["amy", "dot"], "ben and cid came within the pause after amy's failure"
+    assert kube.watched_from == ["100", "104"], "every change taken; the next WATCH goes on from the last"
 
 
 def test_no_sink_yet_loses_the_hint_not_the_watch() -> None:
