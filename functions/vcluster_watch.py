@@ -3,8 +3,8 @@
 check-ready polls a booting vCluster every 15 s (the broker's delayed re-delivery); this process
 makes readiness come within a second of the control plane's pod: one LIST and then one WATCH,
 over all namespaces, of the StatefulSets install's values label with their Tenant
-(``shared.model.vcluster_watch.SELECTOR``). For each change that may move readiness (the
-rollout differs: ``worth_a_look``) it sends ``io.kubeopera.tenant.vcluster.changed`` for the Tenant
+(``shared.model.vcluster_watch.SELECTOR``). For each change that may move what check-ready's
+look finds (rolled out, pods ready: ``worth_a_look``) it sends ``io.kubeopera.tenant.vcluster.changed`` for the Tenant
 the owner labels name to the Broker (``K_SINK``, from ``eventing/vcluster-watch-sinkbinding.yaml``),
 and the Trigger ``tenant-check-ready-hint`` takes it to check-ready, which looks once.
 

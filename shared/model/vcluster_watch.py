@@ -4,9 +4,15 @@
 carry our owner labels (``SELECTOR``), and tells check-ready about each change that may move a
 Tenant's readiness (``io.kubeopera.tenant.vcluster.changed``). This module is the decision, apart
 from the watch itself: a StatefulSet seen is a ``Seen`` (where it is, whose it is, its rollout);
-a change is worth a look when the rollout differs from the one last seen (a new StatefulSet, one
-gone, or its controller or kubelet reporting something new). Metadata alone (a label, an
-annotation, managed fields, a resync of the same object) moves no readiness and is no look.
+a change is worth a look when it changes what check-ready's look decides on (``look_reads``):
+whether the current spec is rolled out with every replica ready (``Rollout.done``: a
+provisioning Tenant is ready), and how many of how many pods are ready (``VClusterAvailable`` of
+a Ready Tenant, and its message). Anything else moves no readiness and is no look: metadata (a
+label, an annotation, managed fields), the controller's intermediate steps (a new generation
+observed, pods updated but not ready yet), a new StatefulSet with nothing ready, and one gone (the
+look finds nothing to do: resync re-installs a release whose StatefulSet went).
+tests/unit/test_vcluster_watch.py runs check-ready's real look over rollouts that ``look_reads``
+deems alike, and checks it answers and writes the same for each.
 
 After a watch expires (410 Gone: the API server no longer holds the history from our
 resourceVersion) the watch lists again; ``relisted`` compares that list with what was last seen,
@@ -56,22 +62,27 @@ class Change:
     resource_version: str
 
 
+def look_reads(rollout: Rollout) -> tuple[bool, int, int]:
+    """What check-ready's look decides on, of a StatefulSet's rollout (``functions.check_ready.look``,
+    ``shared.model.health.availability``)."""
+    return (rollout.done, rollout.ready_replicas, rollout.replicas)
+
+
 def worth_a_look(before: Seen | None, after: Seen | None) -> bool:
-    """Whether a change from ``before`` to ``after`` (None: not there) may move readiness."""
-    if before is None or after is None:
-        return before is not after
-    return before.rollout != after.rollout or before.owner != after.owner
+    """Whether a change from ``before`` to ``after`` (None: not there) may change what check-ready's
+    look finds: a StatefulSet gone never does; a new one does once something of it is ready."""
+    if after is None:
+        return False
+    if before is None:
+        return after.rollout.done or after.rollout.ready_replicas > 0
+    return look_reads(before.rollout) != look_reads(after.rollout) or before.owner != after.owner
 
 
 def relisted(known: Mapping[Key, Seen], listed: Mapping[Key, Seen]) -> Iterator[Seen]:
-    """After a re-list: each StatefulSet new or changed since ``known`` (as listed), and each gone
-    (as last known), for the Tenant it names."""
+    """After a re-list: each StatefulSet new or changed since ``known`` in a way worth a look."""
     for key, now in listed.items():
         if worth_a_look(known.get(key), now):
             yield now
-    for key, then in known.items():
-        if key not in listed:
-            yield then
 
 
 def tenant_of(seen: Seen, namespace: str | None) -> TenantRef | None:

@@ -59,6 +59,7 @@ from shared.model.tenant import (
     utcnow,
 )
 from shared.model.values import vcluster_values
+from shared.model.vcluster_watch import look_reads
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.steps import locks
@@ -1243,12 +1244,12 @@ def run_look(
     changed_ago: float = 0,
     vcluster: FakeVClusterApi | None = None,
 ) -> Any:
-    """check-ready's look, 30 s into provisioning, at a change the router heard ``changed_ago`` s ago."""
+    """check-ready's look, 30 s into provisioning, at a change the vCluster watch heard ``changed_ago`` s ago."""
     now = utcnow()
     hint = CloudEvent(
         attributes={
             "type": event_types.VCLUSTER_CHANGED,
-            "source": "/kubeopera/tenants/router",
+            "source": "/kubeopera/tenants/vcluster-watch",
             "subject": BOB_KEY,
             "time": now - timedelta(seconds=changed_ago),
             "datacontenttype": "application/json",
@@ -1355,6 +1356,53 @@ def test_a_look_at_a_ready_tenant_keeps_its_availability(kube: FakeKube, helm: F
     available = live(kube).status.condition("VClusterAvailable")
     assert available is not None and (available.status, available.reason) == ("False", "APINotServing")
     assert down.asked == [CONFIG]
+
+
+# Rollouts of a 1- or 2-replica StatefulSet at generation 1 or 2, in every state its controller
+# and kubelet may report.
+ROLLOUTS = [
+    Rollout(generation, observed, replicas, ready, updated)
+    for generation in (1, 2)
+    for observed in range(generation + 1)
+    for replicas in (1, 2)
+    for ready in range(replicas + 1)
+    for updated in range(replicas + 1)
+]
+
+
+def _look_outcome(rollout: Rollout, phase: str) -> tuple[Any, ...]:
+    """What check-ready's look answers and writes for a Tenant (Provisioning, or Ready) whose
+    vCluster's StatefulSet reports ``rollout`` (its Secret written, its API answering)."""
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    obj = provisioned_and_stored(kube, helm) if phase == "Ready" else provision(kube, helm)
+    if phase == "Ready":
+        notify_api.handle(kube, FakeKubeoperaApi(), ref_of(obj))
+    else:
+        booted(kube)
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = rollout
+    kube.journal.clear()
+    try:
+        reply = run_look(kube, helm, obj)
+        answer: Any = None if reply is None else reply.get_type()
+    except NotReadyYet as wait:
+        answer = ("wait", wait.retry_after)
+    available = live(kube).status.condition("VClusterAvailable")
+    kept = None if available is None else (available.status, available.reason, available.message)
+    return answer, kept, tuple(kube.journal)
+
+
+@pytest.mark.parametrize("phase", ["Provisioning", "Ready"])
+def test_the_look_answers_alike_for_rollouts_the_vcluster_watch_deems_alike(phase: str) -> None:
+    """The vCluster watch sends a hint only when a change moves ``look_reads`` of the rollout
+    (shared.model.vcluster_watch): over every rollout, check-ready's real look answers and writes
+    the same for all that ``look_reads`` calls alike, so a change the watch drops is one the look
+    would have answered the same for."""
+    outcomes: dict[tuple[bool, int, int], set[tuple[Any, ...]]] = {}
+    for rollout in ROLLOUTS:
+        outcomes.setdefault(look_reads(rollout), set()).add(_look_outcome(rollout, phase))
+    assert {key: found for key, found in outcomes.items() if len(found) > 1} == {}
+    assert len({next(iter(found)) for found in outcomes.values()}) > 1, "the look does tell rollouts apart"
 
 
 # notify-api -------------------------------------------------------------------------------------

@@ -58,19 +58,26 @@ def hinted(sink: FakeSink) -> list[str]:
 # -- the decision ----------------------------------------------------------------------------
 
 
-def test_a_change_is_worth_a_look_when_the_rollout_moves_and_not_for_metadata_alone() -> None:
-    assert worth_a_look(None, seen(ALICE))  # new
-    assert worth_a_look(seen(ALICE), None)  # gone
-    assert worth_a_look(seen(ALICE, BOOTING), seen(ALICE, UP))  # its pod became ready
+def test_a_change_is_worth_a_look_when_it_moves_what_check_ready_decides_on() -> None:
+    observed = Rollout(generation=1, observed_generation=1, replicas=1, ready_replicas=0, updated_replicas=0)
+    restarting = Rollout(generation=2, observed_generation=1, replicas=1, ready_replicas=1, updated_replicas=1)
+    assert worth_a_look(seen(ALICE, BOOTING), seen(ALICE, UP))  # its pod became ready: Ready
+    assert worth_a_look(seen(ALICE, UP), seen(ALICE, BOOTING))  # no pod ready: VClusterAvailable False
+    assert worth_a_look(None, seen(ALICE, UP))  # new, and ready already
+    assert worth_a_look(seen(ALICE, UP), seen(ALICE, restarting))  # the current spec no longer rolled out
+    assert worth_a_look(seen(ALICE, UP), seen(BOB, UP))  # another Tenant's now
     assert not worth_a_look(seen(ALICE, UP), seen(ALICE, UP))  # a label, an annotation, a resync
+    assert not worth_a_look(seen(ALICE, BOOTING), seen(ALICE, observed))  # the controller's steps before ready
+    assert not worth_a_look(None, seen(ALICE, BOOTING))  # new, nothing ready
+    assert not worth_a_look(seen(ALICE, UP), None)  # gone: the look finds nothing (resync re-installs)
     assert not worth_a_look(None, None)
 
 
-def test_a_relist_names_what_is_new_changed_or_gone_and_nothing_else() -> None:
+def test_a_relist_names_what_became_worth_a_look_and_nothing_else() -> None:
     known = {s.key: s for s in (seen(ALICE, BOOTING), seen(BOB, UP), seen(None, UP))}
-    carol = seen(Owner("tenants", "carol", "uid-c"))
-    listed = {s.key: s for s in (seen(ALICE, UP), seen(BOB, UP), carol)}
-    assert {s.name for s in relisted(known, listed)} == {"vc-alice", "vc-carol", "vc-stray"}
+    carol, dora = seen(Owner("tenants", "carol", "uid-c")), seen(Owner("tenants", "dora", "uid-d"), UP)
+    listed = {s.key: s for s in (seen(ALICE, UP), seen(BOB, UP), carol, dora)}
+    assert {s.name for s in relisted(known, listed)} == {"vc-alice", "vc-dora"}
 
 
 def test_the_tenant_of_a_change_is_the_owner_labels_one_in_the_namespace_served() -> None:
@@ -90,25 +97,26 @@ def test_the_first_list_sends_nothing_and_each_change_after_it_one_hint() -> Non
     kube.watches = [
         [
             change("MODIFIED", seen(ALICE, BOOTING), "101"),  # same rollout: metadata only
-            change("ADDED", seen(BOB), "102"),
+            change("ADDED", seen(BOB), "102"),  # nothing of it ready yet
             change("MODIFIED", seen(ALICE, UP), "103"),
             change("BOOKMARK", None, "110"),
-            change("DELETED", seen(BOB), "111"),
+            change("MODIFIED", seen(BOB, UP), "111"),
+            change("DELETED", seen(BOB, UP), "112"),
         ]
     ]
     watch = run(kube, sink)
     assert watch.ready()
-    assert hinted(sink) == ["tenants/bob", "tenants/alice", "tenants/bob"]
+    assert hinted(sink) == ["tenants/alice", "tenants/bob"]
     assert kube.calls["list_seen"] == 1
-    assert kube.watched_from == ["100", "111"]  # the next WATCH from the last version, the bookmark's included
+    assert kube.watched_from == ["100", "112"]  # the next WATCH from the last version
 
 
 def test_a_change_naming_no_tenant_served_here_sends_nothing() -> None:
     kube, sink = FakeKube(), FakeSink()
     kube.watches = [
         [
-            change("ADDED", seen(None), "101"),  # owner labels incomplete
-            change("ADDED", seen(Owner("other", "dan", "uid-d")), "102"),  # another installation's Tenants
+            change("ADDED", seen(None, UP), "101"),  # owner labels incomplete
+            change("ADDED", seen(Owner("other", "dan", "uid-d"), UP), "102"),  # another installation's Tenants
         ]
     ]
     run(kube, sink)
@@ -121,7 +129,9 @@ def test_an_expired_watch_lists_again_and_sends_what_changed_meanwhile() -> None
     kube.watches = [[change("MODIFIED", seen(ALICE, UP), "101"), WatchExpired("too old")]]
 
     def relist_changed(real: FakeKube = kube) -> None:
-        real.seen = {seen(ALICE, UP).key: seen(ALICE, UP)}  # bob's StatefulSet went while no watch was open
+        # while no watch was open, bob's StatefulSet went and carol's came up
+        carol = seen(Owner("tenants", "carol", "uid-c"), UP)
+        real.seen = {s.key: s for s in (seen(ALICE, UP), carol)}
         real.list_version = "200"
 
     kube.watches.append([])  # the WATCH after the re-list ends at once
@@ -138,13 +148,13 @@ def test_an_expired_watch_lists_again_and_sends_what_changed_meanwhile() -> None
     kube.list_seen = list_seen  # type: ignore[method-assign]
     run(kube, sink)
     assert calls == 2
-    assert hinted(sink) == ["tenants/alice", "tenants/bob"]  # alice's change, then bob gone; alice not twice
+    assert hinted(sink) == ["tenants/alice", "tenants/carol"]  # alice's change, then carol; alice not twice
     assert kube.watched_from[:2] == ["100", "200"]
 
 
 def test_a_failed_watch_is_tried_again_from_the_same_version_after_a_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     kube, sink = FakeKube(), FakeSink()
-    kube.watches = [[change("ADDED", seen(ALICE), "101"), TemporaryError("connection reset", retry_after=2)]]
+    kube.watches = [[change("ADDED", seen(ALICE, UP), "101"), TemporaryError("connection reset", retry_after=2)]]
     waits: list[float] = []
     stop = threading.Event()
     monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
@@ -181,7 +191,7 @@ def test_a_hint_the_broker_does_not_take_is_dropped_and_so_are_the_next_seconds_
 
     def clocked(name: str, version: str, at: float) -> Change:
         now[0] = at  # the clock as the change arrives
-        return change("ADDED", seen(Owner("tenants", name, f"uid-{name}")), version)
+        return change("ADDED", seen(Owner("tenants", name, f"uid-{name}"), UP), version)
 
     script = [("amy", "101", 1000.0), ("ben", "102", 1001.0), ("cid", "103", 1004.9), ("dot", "104", 1005.1)]
     kube.watches = [(clocked(*args) for args in script)]  # type: ignore[list-item]  # the clock moves as they come
@@ -192,7 +202,7 @@ def test_a_hint_the_broker_does_not_take_is_dropped_and_so_are_the_next_seconds_
 
 def test_no_sink_yet_loses_the_hint_not_the_watch() -> None:
     kube = FakeKube()
-    kube.watches = [[change("ADDED", seen(ALICE), "101")]]
+    kube.watches = [[change("ADDED", seen(ALICE, UP), "101")]]
     stop = threading.Event()
     kube.out_of_watches = stop.set
 
