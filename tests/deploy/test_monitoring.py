@@ -40,6 +40,8 @@ EXPECTED_ALERTS = {
     "KubeoperaTenantVClusterUnavailable",
     "KubeoperaTenantRolloutHalted",
     "KubeoperaTenantResyncSlow",
+    "KubeoperaTenantVClusterWatchDown",
+    "KubeoperaTenantVClusterHintsLost",
 }
 SEVERITIES = {"info", "warning", "critical"}
 
