@@ -1,7 +1,9 @@
 """A burst of Tenants against helm's own floor, and what each Tenant cost on the way.
 
 ``python -m bench burst --tenants 50 --runs 3`` starts the local stack (vCluster boot 0 s, poll
-1 s, no resync tick) with helm behind a counting wrapper (``HELM_EXECUTABLE``: the real helm,
+1 s, no resync tick; install's one process serving as many requests at once as its Knative Service
+does across the cluster, ``max-scale`` x ``containerConcurrency`` in ``deploy/base/services``: 4 x 2)
+with helm behind a counting wrapper (``HELM_EXECUTABLE``: the real helm,
 each invocation's subcommand appended to a file), provisions one Tenant to warm the chart cache,
 then ``runs`` times:
 
@@ -57,7 +59,7 @@ from shared.model.values import vcluster_values
 from testbed.controlplane.startup import SERVICE_CLUSTER_IP_RANGE
 from testbed.knative.broker_watch import Delivery
 from testbed.local import profiling
-from testbed.local.manifests import VCLUSTER_WATCH
+from testbed.local.manifests import VCLUSTER_WATCH, declared_concurrency
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
 from testbed.registry import helm_env
@@ -77,6 +79,7 @@ FUNCTIONS = (
     "tenant-notify-api",
     "tenant-cleanup",
 )
+INSTALL = "tenant-install"
 OURS = f"system:serviceaccount:{TENANT_NAMESPACE}:"
 # What feeds the broker runs as ServiceAccounts of the same namespace: tenant-source's adapter
 # (eventing/) and the vCluster watch (vcluster-source's adapter until 2026-12-06). Their LISTs
@@ -389,7 +392,9 @@ def worker_rss(stack: Stack, field: str = "VmRSS") -> dict[str, float]:
 # -- tables -----------------------------------------------------------------------------------
 
 
-def burst_table(n: int, bursts: Sequence[Burst], floors_: Sequence[Floors], deletions: Sequence[float]) -> Table:
+def burst_table(
+    n: int, bursts: Sequence[Burst], floors_: Sequence[Floors], deletions: Sequence[float], install_threads: int
+) -> Table:
     per_minute = [n / b.seconds * 60 for b in bursts]
     seq_ratio = [f.sequential / b.seconds for b, f in zip(bursts, floors_, strict=True)]
     par_ratio = [f.parallel / b.seconds for b, f in zip(bursts, floors_, strict=True)]
@@ -421,7 +426,10 @@ def burst_table(n: int, bursts: Sequence[Burst], floors_: Sequence[Floors], dele
         f"Burst: {n} Tenants at once, vCluster boot 0 s, poll 1 s ({len(bursts)} runs: median (min-max))",
         ("what", "figure"),
         rows,
-        ("A ratio above 1 is faster than that floor. The floors run helm alone: no Tenant, no status, no broker.",),
+        (
+            "A ratio above 1 is faster than that floor. The floors run helm alone: no Tenant, no status, no broker.",
+            f"install served {install_threads} deliveries at once (GUNICORN_THREADS of its one process).",
+        ),
     )
 
 
@@ -676,6 +684,14 @@ def main(argv: Sequence[str]) -> list[Table]:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--polls", type=int, default=10, help="check-ready re-deliveries to time (default 10)")
     parser.add_argument("--threads", type=int, default=None, help="GUNICORN_THREADS of every function")
+    install_ceiling = declared_concurrency()[INSTALL]
+    parser.add_argument(
+        "--install-threads",
+        type=int,
+        default=install_ceiling,
+        help=f"GUNICORN_THREADS of install's process, over --threads (default {install_ceiling}: "
+        "its Service's max-scale x containerConcurrency, what the cluster serves at once)",
+    )
     parser.add_argument(
         "--profile",
         action="append",
@@ -694,6 +710,7 @@ def main(argv: Sequence[str]) -> list[Table]:
             resync_at_start=False,
             vcluster_never_boot=f"^vc-{POLL_TENANT}$",
             function_env=env,
+            service_env={INSTALL: {"GUNICORN_THREADS": str(args.install_threads)}},
             profile=tuple(args.profile),
             profile_dir=Path(folder) / "profiles",
         )
@@ -727,7 +744,7 @@ def main(argv: Sequence[str]) -> list[Table]:
         profiles = [profile_table(Path(folder) / "profiles", service) for service in args.profile]
         return [
             *profiles,
-            burst_table(args.tenants, bursts, floors_, deletions),
+            burst_table(args.tenants, bursts, floors_, deletions, args.install_threads),
             where_table(bursts, deliveries, answered),
             cpu_table(args.tenants, bursts),
             hop_table(window, answered, gaps),

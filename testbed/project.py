@@ -53,6 +53,23 @@ def function_modules(manifests: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return found
 
 
+def cluster_concurrency(manifests: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Knative Service name -> how many requests it serves at once across the cluster: its
+    ``containerConcurrency`` times its ``autoscaling.knative.dev/max-scale`` (1 when either is unset
+    or 0, which Knative reads as no limit: the caller then chooses)."""
+    found: dict[str, int] = {}
+    for doc in manifests:
+        if (doc.get("apiVersion"), doc.get("kind")) != ("serving.knative.dev/v1", "Service"):
+            continue
+        template = doc["spec"]["template"]
+        per_pod = int(template["spec"].get("containerConcurrency") or 1)
+        pods = int(
+            (template.get("metadata", {}).get("annotations") or {}).get("autoscaling.knative.dev/max-scale") or 1
+        )
+        found[doc["metadata"]["name"]] = per_pod * pods
+    return found
+
+
 def export_kubeconfig(admin: Path, out: Path | None) -> Path:
     """A copy of the admin kubeconfig at ``out`` (owner-only), for ``--kubeconfig-out``; the
     kubeconfig to tell the user about."""

@@ -32,6 +32,7 @@ class Kubectl(Protocol):
 
     def kubectl(self, *args: str, input: str | None = None) -> str: ...
 
+
 MAX_LINES = 60
 
 

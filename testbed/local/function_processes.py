@@ -58,6 +58,9 @@ def function_specs(
     unknown = sorted(set(options.profile) - set(functions))
     if unknown:
         raise StackError(f"no function to profile named {', '.join(unknown)} (there are {', '.join(functions)})")
+    unknown = sorted(set(options.service_env) - set(functions))
+    if unknown:
+        raise StackError(f"environment for no function: {', '.join(unknown)} (there are {', '.join(functions)})")
     specs: dict[str, ProcessSpec] = {}
     for service, module in functions.items():
         port = free_port()
@@ -70,6 +73,7 @@ def function_specs(
         env.update(sender_env.get(service, {}))
         env.update((mount_env or {}).get(service, {}))
         env.update(options.function_env)  # the caller's word is last
+        env.update(options.service_env.get(service, {}))  # and its word for this function after that
         profiled = service in options.profile
         if profiled:
             env["PROFILE_DIR"] = str(options.profile_dir or run_dir / "profiles")

@@ -24,7 +24,7 @@ from testbed.knative.names import SYSTEM_NAMESPACE
 from testbed.local import senders
 from testbed.local.errors import StackError
 from testbed.processes import run
-from testbed.project import function_modules, project_path
+from testbed.project import cluster_concurrency, function_modules, project_path
 from testbed.toolchain import Toolchain, knative_check
 
 BROKER = "default"
@@ -84,10 +84,18 @@ def routes(manifests: list[dict[str, Any]]) -> list[Route]:
     ]
 
 
+def _declared_services() -> list[dict[str, Any]]:
+    folder = project_path("deploy", "base", "services")
+    return [doc for path in sorted(folder.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
 def declared_functions() -> dict[str, str]:
     """:func:`function_modules` of the files in ``deploy/base/services`` as they are (no kustomize, no
     stack): for what must be known before a stack runs, e.g. a test's parameters."""
-    folder = project_path("deploy", "base", "services")
-    return function_modules(
-        doc for path in sorted(folder.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc
-    )
+    return function_modules(_declared_services())
+
+
+def declared_concurrency() -> dict[str, int]:
+    """:func:`cluster_concurrency` of the files in ``deploy/base/services`` as they are: how many
+    requests each function's Service serves at once across the cluster."""
+    return cluster_concurrency(_declared_services())

@@ -35,6 +35,8 @@ class StackOptions:
     # More environment for every function's process, over the stack's own (OTEL_* to trace,
     # GUNICORN_WORKERS, ...): what a Service's env or the ConfigMap would add.
     function_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # More environment for one function's process, by Knative Service name, over function_env.
+    service_env: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
     # Knative Services whose every request is profiled (pyinstrument, :mod:`.profiling`), each
     # worker's call tree saved in ``profile_dir``.
     profile: tuple[str, ...] = ()
