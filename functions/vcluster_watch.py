@@ -26,9 +26,11 @@ started is the poll's.
 
 It is a Knative Service of one pod (``deploy/base/services/tenant-vcluster-watch.yaml``, min and
 max scale 1) that takes no events: its port serves ``/readyz`` (once the first LIST is in),
-``/healthz`` (while the watch's thread runs; it stops on an error no retry mends, and the kubelet
-restarts the pod) and ``/metrics``. During a rollout the old and new pods both watch for a few
-seconds: a change may be sent twice, and check-ready looks twice.
+``/healthz`` (while the watch's thread runs and makes progress: a LIST, a change or a WATCH ended
+within ``STALL_SECONDS``; any error is retried with a growing wait, and one that never heals, or a
+request that hangs, fails the probe, and the kubelet restarts the pod) and ``/metrics``. During
+a rollout the old and new pods both watch for a few seconds: a change may be sent twice, and
+check-ready looks twice.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ WATCH_SECONDS = 300
 # After a failed LIST or WATCH, the longest wait before the next (the error's own retry_after
 # first, doubling while failures repeat).
 MOST_BACKOFF_SECONDS = 30
+# No LIST, change or WATCH's end for this long is a watch that stalled (/healthz fails): twice what
+# a WATCH may last, which leaves the adapter's read timeout after the API server's end (30 s) and
+# the longest backoff between two requests to spare.
+STALL_SECONDS = 2 * WATCH_SECONDS
 # After a hint the broker did not take, the hints of the next seconds are dropped without trying:
 # a broker that hangs would otherwise hold the watch for a send's timeout per change.
 BROKER_PAUSE_SECONDS = 5.0
@@ -81,9 +87,11 @@ class Watch:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._kube = kube
-        self._sink = sink  # asked at each send: K_SINK may come only with a later revision
+        self._sink = sink  # asked until it gives a sender (none while K_SINK is unset), then kept
+        self._sender: EventSender | None = None
         self._namespace = namespace
         self._clock = clock
+        self._progress = clock()  # the last LIST, change or WATCH's end
         self._broker_paused_until = 0.0
         self._known: dict[Key, Seen] = {}
         self._version = ""  # "" : list (again) before the next watch
@@ -93,26 +101,50 @@ class Watch:
         """The first LIST is in: from now on every change is heard."""
         return self._listed.is_set()
 
+    def progressing(self) -> bool:
+        """A LIST, a change or a WATCH's end within ``STALL_SECONDS``: not hung, not failing on end."""
+        return self._clock() - self._progress < STALL_SECONDS
+
     def run(self, stop: threading.Event) -> None:
-        """LIST, then WATCH from the list's version, again and again, until ``stop``."""
+        """LIST, then WATCH from the list's version, again and again, until ``stop``. Every error
+        is retried after a wait that doubles with each failure in a row (``MOST_BACKOFF_SECONDS``
+        at most): an expired watch (410) lists again at once the first time; a WATCH that ends
+        with nothing in it waits a second before the next, so an API server or proxy that closes
+        watches at once is not asked again in a tight loop."""
         failures = 0
         while not stop.is_set():
+            wait = 0.0
             try:
                 if not self._version:
                     self._list()
+                heard = 0
                 for change in self._kube.watch_seen(SELECTOR, self._version, WATCH_SECONDS):
                     self._take(change)
+                    heard += 1
                     failures = 0
                     if stop.is_set():
                         return
+                self._progress = self._clock()
+                wait = 0.0 if heard else 1.0
             except WatchExpired as err:
-                log.info("the watch expired; listing again", extra={"error": str(err)})
+                failures += 1
                 self._version = ""
+                wait = 0.0 if failures == 1 else self._backoff(failures - 1, 1)
+                log.info("the watch expired; listing again", extra={"error": str(err), "wait_seconds": wait})
             except TemporaryError as err:
                 failures += 1
-                wait = min(MOST_BACKOFF_SECONDS, (err.retry_after or 1) * 2 ** (failures - 1))
+                wait = self._backoff(failures, err.retry_after or 1)
                 log.warning("watching failed; trying again", extra={"error": str(err), "wait_seconds": wait})
+            except Exception:  # a bug or an answer no rule here expects: /healthz fails if it lasts
+                failures += 1
+                wait = self._backoff(failures, 1)
+                log.exception("watching failed unexpectedly; trying again", extra={"wait_seconds": wait})
+            if wait and not stop.is_set():
                 stop.wait(wait)
+
+    @staticmethod
+    def _backoff(failures: int, first: float) -> float:
+        return float(min(MOST_BACKOFF_SECONDS, first * 2 ** (failures - 1)))
 
     def _list(self) -> None:
         listed, version = self._kube.list_seen(SELECTOR)
@@ -121,12 +153,14 @@ class Watch:
             for seen in list(relisted(self._known, listed)):
                 self._hint(seen)
         self._known, self._version = listed, version
+        self._progress = self._clock()
         if not self._listed.is_set():
             log.info("watching the vClusters' StatefulSets", extra={"vclusters": len(listed), "version": version})
             self._listed.set()
 
     def _take(self, change: Change) -> None:
         self._version = change.resource_version or self._version
+        self._progress = self._clock()
         seen = change.seen
         if seen is None:  # a bookmark: only the version moves
             return
@@ -149,7 +183,9 @@ class Watch:
             metrics.VCLUSTER_HINTS.labels("failed").inc()
             return
         try:
-            self._sink().send(events.make(event_types.VCLUSTER_CHANGED, NAME, ref))
+            if self._sender is None:
+                self._sender = self._sink()
+            self._sender.send(events.make(event_types.VCLUSTER_CHANGED, NAME, ref))
         except TemporaryError as err:
             log.warning(
                 "a hint was lost; the hints of the next seconds are dropped untried",
@@ -163,14 +199,14 @@ class Watch:
 
 
 def start(watch: Watch) -> tuple[threading.Thread, threading.Event]:
-    """Run ``watch`` on a daemon thread; a failure no retry mends ends the thread (logged), and
-    ``/healthz`` then says so."""
+    """Run ``watch`` on a daemon thread. ``run`` retries every error itself; should the thread end
+    anyway, that is logged and ``/healthz`` says so."""
     stop = threading.Event()
 
     def loop() -> None:
         try:
             watch.run(stop)
-        except Exception:  # the thread ends here; /healthz says so and the kubelet restarts the pod
+        except BaseException:  # the thread ends here; /healthz says so and the kubelet restarts the pod
             log.exception("the vCluster watch stopped")
 
     thread = threading.Thread(target=loop, name=NAME, daemon=True)
@@ -184,4 +220,11 @@ def create_app(runtime: Runtime | None = None) -> Flask:
         metrics.VCLUSTER_HINTS.labels(outcome)
     watch = Watch(rt.kube, rt.sink_client, rt.settings.tenant_namespace)
     thread, _ = start(watch)
-    return function_app(Step(name=NAME, accepts=frozenset(), ready=watch.ready, alive=thread.is_alive))
+    return function_app(
+        Step(
+            name=NAME,
+            accepts=frozenset(),
+            ready=watch.ready,
+            alive=lambda: thread.is_alive() and watch.progressing(),
+        )
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from cloudevents.core.base import BaseCloudEvent
@@ -213,31 +213,114 @@ def test_no_sink_yet_loses_the_hint_not_the_watch() -> None:
     assert kube.watched_from == ["100", "101"]
 
 
-def test_readyz_waits_for_the_first_list_and_healthz_for_the_thread(kube: FakeKube) -> None:
-    """Through the app's probes: not ready while the LIST fails; alive until an error no retry
-    mends (a bug) ends the watch's thread."""
+def test_readyz_waits_for_the_first_list_and_healthz_for_progress(
+    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the app's probes: not ready while the LIST fails; any error (a bug too) is retried,
+    and the watch is alive while it makes progress: a LIST failing for longer than STALL_SECONDS
+    fails /healthz (the kubelet restarts the pod), and the first LIST that succeeds mends both."""
+    # longer than the 1 s wait after an empty WATCH, which the healed watch goes through
+    monkeypatch.setattr(vcluster_watch, "STALL_SECONDS", 3.0)
+    monkeypatch.setattr(vcluster_watch, "MOST_BACKOFF_SECONDS", 0.05)
     listing = threading.Event()
-    outcome: list[BaseException] = []
+    healed = threading.Event()
+    original = kube.list_seen
 
     def list_seen(selector: str) -> tuple[dict[tuple[str, str], Seen], str]:
         listing.set()
-        if not outcome:
-            raise TemporaryError("API server down", retry_after=0)
-        raise outcome[0]
+        if not healed.is_set():
+            raise RuntimeError("a bug")
+        return original(selector)
 
     kube.list_seen = list_seen  # type: ignore[method-assign]
+    kube.out_of_watches = lambda: time.sleep(0.01)  # a WATCH with nothing in it, again and again
     app = vcluster_watch.create_app(fake_runtime(kube, FakeHelm(kube), FakeKubeoperaApi()))
     client = app.test_client()
     assert listing.wait(10)
     assert client.get("/readyz").status_code == 503
-    assert client.get("/healthz").status_code == 200
     assert client.post("/", json={}).status_code >= 400, "nothing is delivered to the watch"
-    outcome.append(RuntimeError("a bug"))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 30
     while client.get("/healthz").status_code == 200 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert client.get("/healthz").status_code == 503
-    assert client.get("/readyz").status_code == 503
+    assert client.get("/healthz").status_code == 503, "no progress for STALL_SECONDS"
+    healed.set()
+    while client.get("/readyz").status_code == 503 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.get("/readyz").status_code == 200
+    assert client.get("/healthz").status_code == 200, "the thread lived through the bug and listed"
+
+
+def test_a_watch_that_ends_with_nothing_waits_a_second_before_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, sink = FakeKube(), FakeSink()
+    kube.watches = [[], [], [change("ADDED", seen(ALICE, UP), "101")]]
+    waits: list[float] = []
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
+    kube.out_of_watches = stop.set
+    Watch(kube, lambda: sink, "tenants").run(stop)
+    assert waits == [1.0, 1.0], "two empty WATCHes, then one with a change and no wait after it"
+    assert kube.watched_from == ["100", "100", "100", "101"]
+
+
+def test_an_expired_watch_lists_at_once_the_first_time_and_backs_off_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, sink = FakeKube(), FakeSink()
+    expired = WatchExpired("too old resource version")
+
+    def expiring(label_selector: str, resource_version: str, timeout_seconds: int) -> Iterator[Change]:
+        kube.watched_from.append(resource_version)
+        if len(kube.watched_from) > 3:
+            stop.set()
+            return
+        raise expired
+        yield  # a generator, as the adapter's
+
+    kube.watch_seen = expiring  # type: ignore[method-assign]
+    waits: list[float] = []
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
+    Watch(kube, lambda: sink, "tenants").run(stop)
+    assert kube.calls["list_seen"] == 4, "a LIST after each of the three expiries"
+    assert waits == [1.0, 2.0], "the first re-list at once, then a growing wait"
+
+
+def test_the_sink_is_asked_until_it_gives_a_sender_and_then_kept() -> None:
+    kube, sink = FakeKube(), FakeSink()
+    owners = [Owner("tenants", n, f"uid-{n}") for n in ("amy", "ben", "cid")]
+    kube.watches = [[change("ADDED", seen(o, UP), str(101 + k)) for k, o in enumerate(owners)]]
+    asked: list[int] = []
+    ticks = iter(range(1_000_000))
+
+    def sink_once_set() -> FakeSink:
+        asked.append(1)
+        if len(asked) == 1:
+            raise TemporaryError("no sink yet: K_SINK is unset")
+        return sink
+
+    stop = threading.Event()
+    kube.out_of_watches = stop.set
+    # every reading of the clock is a pause later than the one before: no hint falls in a pause
+    Watch(kube, sink_once_set, "tenants", clock=lambda: next(ticks) * (vcluster_watch.BROKER_PAUSE_SECONDS + 1)).run(
+        stop
+    )
+    assert len(asked) == 2, "asked again after it had none, not at each hint"
+    assert hinted(sink) == ["tenants/ben", "tenants/cid"]
+
+
+def test_progress_is_a_list_a_change_or_a_watchs_end_within_the_stall_time() -> None:
+    kube, sink = FakeKube(), FakeSink()
+    now = [0.0]
+    watch = Watch(kube, lambda: sink, "tenants", clock=lambda: now[0])
+    now[0] = vcluster_watch.STALL_SECONDS - 1
+    assert watch.progressing()
+    now[0] = vcluster_watch.STALL_SECONDS + 1
+    assert not watch.progressing(), "nothing since it was made"
+    kube.watches = [[change("ADDED", seen(ALICE, UP), "101")]]
+    stop = threading.Event()
+    kube.out_of_watches = stop.set
+    watch.run(stop)
+    assert watch.progressing()
+    now[0] += vcluster_watch.STALL_SECONDS
+    assert not watch.progressing()
 
 
 # -- the adapter's reading of a watch's lines (pure: no client, no connection) -----------------

@@ -122,6 +122,9 @@ def precondition(resource_version: str) -> Any:
 # Tenants held 39 MiB of Python objects at its peak with pages of 500, 14 MiB with pages of 100
 # (tracemalloc), for the same pass time and a few more requests.
 PAGE = 100
+# (connect, read) seconds for one page: an API server gone silent mid-answer (its node lost, no
+# reset) is a TemporaryError, not a caller (the vCluster watch's LIST) blocked for good.
+PAGE_TIMEOUT = (10, 60)
 
 
 def as_json(response: Any) -> dict[str, Any]:
@@ -155,7 +158,7 @@ def pages(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
 
 
 def _page(fetch: Callable[..., Any], token: str | None) -> dict[str, Any]:
-    return as_json(fetch(limit=PAGE, _continue=token, _preload_content=False))
+    return as_json(fetch(limit=PAGE, _continue=token, _preload_content=False, _request_timeout=PAGE_TIMEOUT))
 
 
 def found_or_none(what: str, fn: Callable[[], T]) -> T | None:
