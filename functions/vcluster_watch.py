@@ -111,7 +111,7 @@ class Watch:
         at most): an expired watch (410) lists again at once the first time; a WATCH that ends
         with nothing in it waits a second before the next, so an API server or proxy that closes
         watches at once is not asked again in a tight loop."""
-        failures = 0
+        failures = 0  # in a row: a change or a WATCH that ends cleanly resets it, a LIST does not
         while not stop.is_set():
             wait = 0.0
             try:
@@ -125,26 +125,30 @@ class Watch:
                     if stop.is_set():
                         return
                 self._progress = self._clock()
+                failures = 0
                 wait = 0.0 if heard else 1.0
-            except WatchExpired as err:
+            except Exception as err:  # a bug too: /healthz fails if failures last (``progressing``)
                 failures += 1
-                self._version = ""
-                wait = 0.0 if failures == 1 else self._backoff(failures - 1, 1)
-                log.info("the watch expired; listing again", extra={"error": str(err), "wait_seconds": wait})
-            except TemporaryError as err:
-                failures += 1
-                wait = self._backoff(failures, err.retry_after or 1)
-                log.warning("watching failed; trying again", extra={"error": str(err), "wait_seconds": wait})
-            except Exception:  # a bug or an answer no rule here expects: /healthz fails if it lasts
-                failures += 1
-                wait = self._backoff(failures, 1)
-                log.exception("watching failed unexpectedly; trying again", extra={"wait_seconds": wait})
+                wait = self._after(err, failures)
             if wait and not stop.is_set():
                 stop.wait(wait)
 
-    @staticmethod
-    def _backoff(failures: int, first: float) -> float:
-        return float(min(MOST_BACKOFF_SECONDS, first * 2 ** (failures - 1)))
+    def _after(self, err: Exception, failures: int) -> float:
+        """The wait after ``err``, the ``failures``-th in a row, logged: an expired version lists
+        again (at once the first time: a LIST that succeeds between two 410s does not reset the
+        count, so repeated expiries back off); a temporary error waits its own ``retry_after``
+        first; anything else is logged with its traceback."""
+        if isinstance(err, WatchExpired):
+            self._version = ""
+            wait = 0.0 if failures == 1 else _backoff(failures - 1, 1)
+            log.info("the watch expired; listing again", extra={"error": str(err), "wait_seconds": wait})
+        elif isinstance(err, TemporaryError):
+            wait = _backoff(failures, err.retry_after or 1)
+            log.warning("watching failed; trying again", extra={"error": str(err), "wait_seconds": wait})
+        else:
+            wait = _backoff(failures, 1)
+            log.exception("watching failed unexpectedly; trying again", extra={"wait_seconds": wait})
+        return wait
 
     def _list(self) -> None:
         listed, version = self._kube.list_seen(SELECTOR)
@@ -196,6 +200,11 @@ class Watch:
             return
         log.debug("check-ready told", extra={"tenant": ref.key, "statefulset": "/".join(seen.key)})
         metrics.VCLUSTER_HINTS.labels("sent").inc()
+
+
+def _backoff(failures: int, first: float) -> float:
+    """``first``, doubled for each failure in a row after the first, ``MOST_BACKOFF_SECONDS`` at most."""
+    return float(min(MOST_BACKOFF_SECONDS, first * 2 ** (failures - 1)))
 
 
 def start(watch: Watch) -> tuple[threading.Thread, threading.Event]:

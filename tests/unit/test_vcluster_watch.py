@@ -177,6 +177,20 @@ def test_failures_in_a_row_wait_longer_up_to_the_most(monkeypatch: pytest.Monkey
     assert waits == [2, 4, 8, 16, 30, 30]
 
 
+def test_a_watch_that_ends_cleanly_ends_the_run_of_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After two failures, a WATCH that ends as the API server ends it (nothing in it) is the watch
+    working again: the next failure waits its first wait, not the third's."""
+    kube, sink = FakeKube(), FakeSink()
+    down = TemporaryError("connection reset", retry_after=1)
+    kube.watches = [[down], [down], [], [down]]
+    waits: list[float] = []
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
+    kube.out_of_watches = stop.set
+    Watch(kube, lambda: sink, "tenants").run(stop)
+    assert waits == [1, 2, 1.0, 1], "two failures, the empty WATCH's second, then a first failure again"
+
+
 def test_a_hint_the_broker_does_not_take_is_dropped_and_so_are_the_next_seconds_untried() -> None:
     """A broker that refuses (or hangs: a send's timeout each) does not hold the watch: after one
     failed send, the hints of the next BROKER_PAUSE_SECONDS are counted lost without a try."""
