@@ -1,22 +1,22 @@
 """One resync pass over many settled Tenants: time, API requests by verb and resource, writes.
 
-``python -m bench resync --tenants 1000 --passes 3`` starts the local stack (vCluster boot 0 s,
-1 s poll, no tick at start), provisions one Tenant through the whole pipeline, and stops the
-ApiServerSource's adapter (so what follows starts no install). It then creates N settled Tenants
-directly, as copies of that one renamed: the Tenant with its finalizer and its Ready status, its
-host namespace with the Roles and RoleBindings install grants there (resync reads through them),
-the vCluster StatefulSet with the template's status (without the label the vCluster stand-in
-watches, which would poll each one for a helm record it will never find), the chart's
-ResourceQuota, LimitRange and NetworkPolicies, vcluster's Secret with the kubeconfig it exported,
-and the stored kubeconfig Secret (no helm release, no vCluster: what resync reads is there). It
-posts the PingSource's tick straight to the resync function (with the broker's token; it answers
-when its pass is done) ``passes`` times and counts, from the API server's audit log, what
-tenant-resync asked for during each pass; a pass that re-drives anything (the broker delivers
-something after it) or writes anything stops the bench: the copies were not settled. A settled
-pass writes nothing and runs no helm. Each copy's StatefulSet status is the template's (its pod
-ready), so resync asks each one's vCluster API through the stored kubeconfig (the template's
-vCluster answers for all): those requests go to the vCluster stand-in, not the API server, and
-are not in the audit log's count.
+``python -m bench resync --tenants 1000 --passes 3`` starts the local stack (vCluster boot 0 s, 1 s
+poll, no tick at start), provisions one Tenant through the whole pipeline, and stops the
+ApiServerSource's adapter and the vCluster watch (so what follows starts no install and hints
+nothing to check-ready). It then creates N settled Tenants directly, as copies of that one renamed:
+the Tenant with its finalizer and its Ready status, its host namespace with the Roles and
+RoleBindings install grants there (resync reads through them), the vCluster StatefulSet with the
+template's status (without the label the vCluster stand-in watches, which would poll each one for a
+helm record it will never find), the chart's ResourceQuota, LimitRange and NetworkPolicies,
+vcluster's Secret with the kubeconfig it exported, and the stored kubeconfig Secret (no helm
+release, no vCluster: what resync reads is there). It posts the PingSource's tick straight to the
+resync function (with the broker's token; it answers when its pass is done) ``passes`` times and
+counts, from the API server's audit log, what tenant-resync asked for during each pass; a pass that
+re-drives anything (the broker delivers something after it) or writes anything stops the bench: the
+copies were not settled. A settled pass writes nothing and runs no helm. Each copy's StatefulSet
+status is the template's (its pod ready), so resync asks each one's vCluster API through the stored
+kubeconfig (the template's vCluster answers for all): those requests go to the vCluster stand-in,
+not the API server, and are not in the audit log's count.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from shared.model.isolation import policy_objects
 from shared.model.tenant import Tenant
 from shared.settings import Settings
 from shared.steps import rollout as waves
+from testbed.local.manifests import VCLUSTER_WATCH
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.ticker import ping_event
 
@@ -165,8 +166,10 @@ def _review(entry: Mapping[str, Any]) -> bool:
 
 
 def settled_fleet(stack: Stack, tenants: int) -> tuple[Settings, float]:
-    """One Tenant provisioned through the pipeline, the ApiServerSource's adapter stopped, and
-    ``tenants`` settled copies of it: install's settings, and how long the copies took."""
+    """One Tenant provisioned through the pipeline, the ApiServerSource's adapter and the vCluster
+    watch stopped (the copies' StatefulSets would each be a hint to check-ready, delivered while
+    the passes run), and ``tenants`` settled copies of it: install's settings, and how long the
+    copies took."""
     kube = Kube.connect(stack.admin_kubeconfig)
     try:
         provision(stack, kube, TEMPLATE)
@@ -175,6 +178,7 @@ def settled_fleet(stack: Stack, tenants: int) -> tuple[Settings, float]:
         kube.close()
     assert stack.watch.wait_idle(60), stack.watch.pending()
     stack.stop_adapter()
+    stack.stop_function(VCLUSTER_WATCH)
     return settings, create_settled(stack, template(stack), tenants, settings)
 
 
