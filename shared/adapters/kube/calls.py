@@ -139,20 +139,25 @@ def paged(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
     """Every item of a LIST as JSON, ``PAGE`` at a time (``pages``): a caller that keeps a little
     of each item never holds more than one page as JSON."""
     for page in pages(what, fetch):
-        yield from page.get("items") or []
+        items = page.get("items") or []
+        del page  # its items are all this keeps of it
+        yield from items
+        del items  # let go before the next page is asked for
 
 
 def pages(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
     """Each page of a LIST as JSON (its ``items`` and ``metadata``): ``fetch`` is called with
     ``limit``, ``_continue`` and ``_preload_content``, until the API server gives no ``continue``
-    token. A page is asked for when the one before has been consumed, and let go then. Every page
-    of one LIST is of the same snapshot: the first page's ``metadata.resourceVersion`` is the
-    list's, the one to watch from."""
+    token. A page is asked for when the one before has been consumed and let go (a caller's loop
+    over this lets go of its own reference too: one page in memory at a time, not two). Every
+    page of one LIST is of the same snapshot: the first page's ``metadata.resourceVersion`` is
+    the list's, the one to watch from."""
     token: str | None = None
     while True:
         page = call(what, functools.partial(_page, fetch, token))
-        yield page
         token = page.get("metadata", {}).get("continue") or None
+        yield page
+        del page
         if token is None:
             return
 

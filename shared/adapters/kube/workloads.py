@@ -57,6 +57,7 @@ class Workloads(Apis):
             for item in page.get("items") or []:
                 seen = _seen(item)
                 found[seen.key] = seen
+            del page  # let go before the next page is asked for (``pages``)
         return found, version
 
     def watch_seen(self, label_selector: str, resource_version: str, timeout_seconds: int) -> Iterator[Change]:

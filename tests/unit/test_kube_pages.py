@@ -1,0 +1,64 @@
+"""A LIST read a page at a time (``shared.adapters.kube.calls``): every item in order across the
+continue tokens, and one page in memory at a time, so that what resync holds at its peak is one
+page of the fleet's largest objects (StatefulSets), not two."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from shared.adapters.kube import calls
+
+BODIES: list[dict[str, Any]] = [
+    {"metadata": {"continue": "t1", "resourceVersion": "7"}, "items": [{"n": 1}, {"n": 2}]},
+    {"metadata": {"continue": "t2"}, "items": [{"n": 3}]},
+    {"metadata": {}, "items": [{"n": 4}, {"n": 5}]},
+]
+
+
+class Page(dict[str, Any]):
+    """A page's JSON, which a weak reference can follow (a plain dict cannot be weakly referenced)."""
+
+
+Fetch = Callable[..., Page]
+
+
+def paging(monkeypatch: pytest.MonkeyPatch) -> tuple[Fetch, list[str | None], list[str]]:
+    """A fetch that serves BODIES and, at each request, names the earlier pages still in memory."""
+    asked: list[str | None] = []
+    held: list[str] = []
+    made: list[weakref.ref[Page]] = []
+
+    def fetch(*, limit: int, _continue: str | None, _preload_content: bool, _request_timeout: Any) -> Page:
+        assert limit == calls.PAGE and _preload_content is False
+        held.extend(f"page {i + 1} held while page {len(asked) + 1} is asked for" for i, r in enumerate(made) if r())
+        page = Page(metadata=BODIES[len(asked)]["metadata"], items=[dict(i) for i in BODIES[len(asked)]["items"]])
+        asked.append(_continue)
+        made.append(weakref.ref(page))
+        return page
+
+    monkeypatch.setattr(calls, "as_json", lambda response: response)
+    return fetch, asked, held
+
+
+def test_every_item_comes_in_order_across_the_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    fetch, asked, _ = paging(monkeypatch)
+    assert [item["n"] for item in calls.paged("list things", fetch)] == [1, 2, 3, 4, 5]
+    assert asked == [None, "t1", "t2"], "the first page with no token, then each page's continue token"
+
+
+def test_one_page_is_held_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller keeping a little of each item (as resync's fleet reads do) holds no earlier page
+    while the next is asked for; nor does a caller's loop over the pages themselves."""
+    fetch, _, held = paging(monkeypatch)
+    kept = [item["n"] for item in calls.paged("list things", fetch)]
+    assert kept == [1, 2, 3, 4, 5] and held == []
+    fetch, _, held = paging(monkeypatch)
+    versions: list[str | None] = []
+    for page in calls.pages("list things", fetch):
+        versions.append(page["metadata"].get("resourceVersion"))
+        del page
+    assert versions == ["7", None, None] and held == []
