@@ -148,10 +148,10 @@ def paged(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
 def pages(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
     """Each page of a LIST as JSON (its ``items`` and ``metadata``): ``fetch`` is called with
     ``limit``, ``_continue`` and ``_preload_content``, until the API server gives no ``continue``
-    token. A page is asked for when the one before has been consumed and let go (a caller's loop
-    over this lets go of its own reference too: one page in memory at a time, not two). Every
-    page of one LIST is of the same snapshot: the first page's ``metadata.resourceVersion`` is
-    the list's, the one to watch from."""
+    token. A page is asked for when the one before has been consumed, and let go of here first; a
+    caller looping over the pages lets go of each before its next turn too (``del page``, as
+    ``paged`` does), or two pages are held at once. Every page of one LIST is of the same
+    snapshot: the first page's ``metadata.resourceVersion`` is the list's, the one to watch from."""
     token: str | None = None
     while True:
         page = call(what, functools.partial(_page, fetch, token))
