@@ -6,7 +6,8 @@ kubeconfig, its RBAC), with ``tracemalloc`` on: for each page size (``PAGE``, it
 request), twice, the peak of Python objects during a whole pass and during its LISTs alone (the
 Tenants, then the fleet's reads), what is left after it, and the pass time (slower than in the
 function: tracemalloc traces every allocation). A gunicorn worker keeps the memory it once held,
-so the peak is what its resident size follows.
+so the peak is what its resident size follows. Then, at the product's page size, what a pass
+holds of the fleet at once, by the line that allocated it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,35 @@ def _passes(kube: Kube, settings: Settings, api: VClusterApi) -> tuple[str, ...]
     return (*mib, spread(seconds, digits=2))
 
 
+def _held(kube: Kube, settings: Settings, api: VClusterApi, top: int = 12) -> Table:
+    """What a pass holds of the fleet at once, by the line that made it: the Tenants, the fleet's
+    reads and every observed Tenant's ``Drift`` (its probe included), alive together as they are
+    in ``resync.resync`` before it decides."""
+    gc.collect()
+    before = tracemalloc.take_snapshot()
+    tenants = kube.list_tenants(settings.tenant_namespace, "")
+    fleet = resync.FleetReads.read(kube, settings)
+    drifts = resync.observe_all(kube, settings, tenants, api)
+    gc.collect()
+    held = tracemalloc.take_snapshot().compare_to(before, "lineno")
+    total = sum(d.size_diff for d in held)
+    rows = [
+        (f"{os.path.relpath(d.traceback[0].filename)}:{d.traceback[0].lineno}", f"{d.size_diff / 2**20:.2f}",
+         f"{d.count_diff}", f"{d.size_diff / max(1, len(tenants)):.0f}")
+        for d in sorted(held, key=lambda d: d.size_diff, reverse=True)[:top]
+    ]  # fmt: skip
+    del tenants, fleet, drifts
+    return table(
+        "What a pass holds of the fleet at once, by the line that allocated it (the largest; tracemalloc)",
+        ("line", "MiB", "objects", "bytes per Tenant"),
+        rows,
+        (
+            f"{total / 2**20:.1f} MiB in all: the Tenants, FleetReads and the Drift of each observed Tenant, "
+            f"alive together, with PAGE = {calls.PAGE}.",
+        ),
+    )
+
+
 def main(argv: Sequence[str]) -> list[Table]:
     parser = argparse.ArgumentParser(prog="python -m bench resync-memory", description=__doc__.splitlines()[0])
     parser.add_argument("--tenants", type=int, default=1000)
@@ -80,10 +110,12 @@ def main(argv: Sequence[str]) -> list[Table]:
                 for page in pages:
                     with mock.patch.object(calls, "PAGE", page):
                         rows.append((str(page), *_passes(kube, settings, api)))
+                held = _held(kube, settings, api)
         finally:
             tracemalloc.stop()
             kube.close()
     return [
+        held,
         table(
             f"resync's pass over {args.tenants + 1} settled Tenants: Python objects held at once, by page size "
             "(2 passes each: median (min-max))",
