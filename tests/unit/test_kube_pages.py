@@ -23,6 +23,10 @@ class Page(dict[str, Any]):
     """A page's JSON, which a weak reference can follow (a plain dict cannot be weakly referenced)."""
 
 
+class Items(list[dict[str, Any]]):
+    """A page's items, most of its memory, followed the same way (the caller's last item aside)."""
+
+
 Fetch = Callable[..., Page]
 
 
@@ -30,14 +34,20 @@ def paging(monkeypatch: pytest.MonkeyPatch) -> tuple[Fetch, list[str | None], li
     """A fetch that serves BODIES and, at each request, names the earlier pages still in memory."""
     asked: list[str | None] = []
     held: list[str] = []
-    made: list[weakref.ref[Page]] = []
+    made: list[tuple[weakref.ref[Page], weakref.ref[Items]]] = []
 
     def fetch(*, limit: int, _continue: str | None, _preload_content: bool, _request_timeout: Any) -> Page:
         assert limit == calls.PAGE and _preload_content is False
-        held.extend(f"page {i + 1} held while page {len(asked) + 1} is asked for" for i, r in enumerate(made) if r())
-        page = Page(metadata=BODIES[len(asked)]["metadata"], items=[dict(i) for i in BODIES[len(asked)]["items"]])
+        for i, (page_ref, items_ref) in enumerate(made):
+            held.extend(
+                f"page {i + 1}'s {what} held while page {len(asked) + 1} is asked for"
+                for what, ref in (("JSON", page_ref), ("items", items_ref))
+                if ref() is not None
+            )
+        items = Items(dict(i) for i in BODIES[len(asked)]["items"])
+        page = Page(metadata=BODIES[len(asked)]["metadata"], items=items)
         asked.append(_continue)
-        made.append(weakref.ref(page))
+        made.append((weakref.ref(page), weakref.ref(items)))
         return page
 
     monkeypatch.setattr(calls, "as_json", lambda response: response)
