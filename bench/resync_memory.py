@@ -62,14 +62,22 @@ def _passes(kube: Kube, settings: Settings, api: VClusterApi) -> tuple[str, ...]
 
 
 def _held(kube: Kube, settings: Settings, api: VClusterApi, top: int = 12) -> Table:
-    """What a pass holds of the fleet at once, by the line that made it: the Tenants, the fleet's
-    reads and every observed Tenant's ``Drift`` (its probe included), alive together as they are
-    in ``resync.resync`` before it decides."""
+    """What a pass holds of the fleet at once, by the line that allocated it: the Tenants, the
+    fleet's reads and every observed Tenant's ``Drift`` (its probe done), alive together as they
+    are when ``resync.observe_all`` ends, the pass's fullest moment (the fleet's reads, which it
+    drops then, kept here; its ``Drift``s share their rollouts)."""
+    kept: list[resync.FleetReads] = []
+    read = resync.FleetReads.read
+
+    def keeping(kube: Kube, settings: Settings) -> resync.FleetReads:
+        kept.append(read(kube, settings))
+        return kept[-1]
+
     gc.collect()
     before = tracemalloc.take_snapshot()
     tenants = kube.list_tenants(settings.tenant_namespace, "")
-    fleet = resync.FleetReads.read(kube, settings)
-    drifts = resync.observe_all(kube, settings, tenants, api)
+    with mock.patch.object(resync.FleetReads, "read", keeping):
+        drifts = resync.observe_all(kube, settings, tenants, api)
     gc.collect()
     held = tracemalloc.take_snapshot().compare_to(before, "lineno")
     total = sum(d.size_diff for d in held)
@@ -78,7 +86,8 @@ def _held(kube: Kube, settings: Settings, api: VClusterApi, top: int = 12) -> Ta
          f"{d.count_diff}", f"{d.size_diff / max(1, len(tenants)):.0f}")
         for d in sorted(held, key=lambda d: d.size_diff, reverse=True)[:top]
     ]  # fmt: skip
-    del tenants, fleet, drifts
+    del tenants, drifts
+    kept.clear()
     return table(
         "What a pass holds of the fleet at once, by the line that allocated it (the largest; tracemalloc)",
         ("line", "MiB", "objects", "bytes per Tenant"),
@@ -132,5 +141,5 @@ def main(argv: Sequence[str]) -> list[Table]:
                 "alone: the Tenants, then FleetReads (StatefulSets, stored kubeconfigs, the chart's policies).",
                 f"The product ships PAGE = {calls.PAGE} (shared/adapters/kube/calls.py).",
             ),
-        )
+        ),
     ]
