@@ -110,14 +110,17 @@ class Watch:
         is retried after a wait that doubles with each failure in a row (``MOST_BACKOFF_SECONDS``
         at most): an expired watch (410) lists again at once the first time; a WATCH that ends
         with nothing in it waits a second before the next, so an API server or proxy that closes
-        watches at once is not asked again in a tight loop."""
-        failures = 0  # in a row: a change or a WATCH that ends cleanly resets it, a LIST does not
+        watches at once is not asked again in a tight loop, and ends the run of failures only if
+        it lasted ``MOST_BACKOFF_SECONDS`` or more (a proxy that fails a WATCH, then closes the
+        next at once, again and again, still meets a growing wait)."""
+        failures = 0  # in a row: a change or a WATCH that ran a while resets it, a LIST does not
         while not stop.is_set():
             wait = 0.0
             try:
                 if not self._version:
                     self._list()
                 heard = 0
+                began = self._clock()
                 for change in self._kube.watch_seen(SELECTOR, self._version, WATCH_SECONDS):
                     self._take(change)
                     heard += 1
@@ -125,7 +128,8 @@ class Watch:
                     if stop.is_set():
                         return
                 self._progress = self._clock()
-                failures = 0
+                if self._progress - began >= MOST_BACKOFF_SECONDS:
+                    failures = 0  # a quiet WATCH the API server ended in its time: the watch works
                 wait = 0.0 if heard else 1.0
             except Exception as err:  # a bug too: /healthz fails if failures last (``progressing``)
                 failures += 1

@@ -177,18 +177,37 @@ def test_failures_in_a_row_wait_longer_up_to_the_most(monkeypatch: pytest.Monkey
     assert waits == [2, 4, 8, 16, 30, 30]
 
 
-def test_a_watch_that_ends_cleanly_ends_the_run_of_failures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After two failures, a WATCH that ends as the API server ends it (nothing in it) is the watch
+def quiet_for(seconds: float, now: list[float]) -> Iterator[Change]:
+    """A WATCH with nothing in it that the API server ends after ``seconds`` (the clock moves)."""
+    now[0] += seconds
+    yield from ()
+
+
+def test_a_quiet_watch_that_ran_its_time_ends_the_run_of_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After two failures, a WATCH the API server ends in its time with nothing in it is the watch
     working again: the next failure waits its first wait, not the third's."""
-    kube, sink = FakeKube(), FakeSink()
+    kube, sink, now = FakeKube(), FakeSink(), [1000.0]
     down = TemporaryError("connection reset", retry_after=1)
-    kube.watches = [[down], [down], [], [down]]
+    kube.watches = [[down], [down], quiet_for(vcluster_watch.WATCH_SECONDS, now), [down]]  # type: ignore[list-item]
     waits: list[float] = []
     stop = threading.Event()
     monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
     kube.out_of_watches = stop.set
-    Watch(kube, lambda: sink, "tenants").run(stop)
+    Watch(kube, lambda: sink, "tenants", clock=lambda: now[0]).run(stop)
     assert waits == [1, 2, 1.0, 1], "two failures, the empty WATCH's second, then a first failure again"
+
+
+def test_a_watch_closed_at_once_between_failures_does_not_end_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy that fails a WATCH, then closes the next at once, again and again: the waits grow."""
+    kube, sink, now = FakeKube(), FakeSink(), [1000.0]
+    down = TemporaryError("connection reset", retry_after=1)
+    kube.watches = [[down], quiet_for(0.01, now), [down], quiet_for(0.01, now), [down]]  # type: ignore[list-item]
+    waits: list[float] = []
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
+    kube.out_of_watches = stop.set
+    Watch(kube, lambda: sink, "tenants", clock=lambda: now[0]).run(stop)
+    assert waits == [1, 1.0, 2, 1.0, 4]
 
 
 def test_a_hint_the_broker_does_not_take_is_dropped_and_so_are_the_next_seconds_untried() -> None:
