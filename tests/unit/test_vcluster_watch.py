@@ -48,6 +48,18 @@ def run(
     return watch
 
 
+def waits_of(
+    kube: FakeKube, sink: FakeSink, monkeypatch: pytest.MonkeyPatch, clock: Callable[[], float] = time.monotonic
+) -> list[float]:
+    """The watch until the fake has no WATCH left to give, with the waits it took (not slept)."""
+    waits: list[float] = []
+    stop = threading.Event()
+    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
+    kube.out_of_watches = stop.set
+    Watch(kube, lambda: sink, "tenants", clock).run(stop)
+    return waits
+
+
 def hinted(sink: FakeSink) -> list[str]:
     """The Tenants the hints sent name, in order; each is check-ready's hint, as the step table says."""
     assert lifecycle.STEP_FOR_TYPE[event_types.VCLUSTER_CHANGED] == lifecycle.CHECK_READY
@@ -155,11 +167,7 @@ def test_an_expired_watch_lists_again_and_sends_what_changed_meanwhile() -> None
 def test_a_failed_watch_is_tried_again_from_the_same_version_after_a_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     kube, sink = FakeKube(), FakeSink()
     kube.watches = [[change("ADDED", seen(ALICE, UP), "101"), TemporaryError("connection reset", retry_after=2)]]
-    waits: list[float] = []
-    stop = threading.Event()
-    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
-    kube.out_of_watches = stop.set
-    Watch(kube, lambda: sink, "tenants").run(stop)
+    waits = waits_of(kube, sink, monkeypatch)
     assert waits == [2]
     assert kube.calls["list_seen"] == 1, "a failed request is not an expired version: no new LIST"
     assert kube.watched_from == ["100", "101"]
@@ -169,11 +177,7 @@ def test_a_failed_watch_is_tried_again_from_the_same_version_after_a_wait(monkey
 def test_failures_in_a_row_wait_longer_up_to_the_most(monkeypatch: pytest.MonkeyPatch) -> None:
     kube, sink = FakeKube(), FakeSink()
     kube.watches = [[TemporaryError("down", retry_after=2)] for _ in range(6)]
-    waits: list[float] = []
-    stop = threading.Event()
-    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
-    kube.out_of_watches = stop.set
-    Watch(kube, lambda: sink, "tenants").run(stop)
+    waits = waits_of(kube, sink, monkeypatch)
     assert waits == [2, 4, 8, 16, 30, 30]
 
 
@@ -189,11 +193,7 @@ def test_a_quiet_watch_that_ran_its_time_ends_the_run_of_failures(monkeypatch: p
     kube, sink, now = FakeKube(), FakeSink(), [1000.0]
     down = TemporaryError("connection reset", retry_after=1)
     kube.watches = [[down], [down], quiet_for(vcluster_watch.WATCH_SECONDS, now), [down]]  # type: ignore[list-item]
-    waits: list[float] = []
-    stop = threading.Event()
-    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
-    kube.out_of_watches = stop.set
-    Watch(kube, lambda: sink, "tenants", clock=lambda: now[0]).run(stop)
+    waits = waits_of(kube, sink, monkeypatch, lambda: now[0])
     assert waits == [1, 2, 1.0, 1], "two failures, the empty WATCH's second, then a first failure again"
 
 
@@ -202,11 +202,7 @@ def test_a_watch_closed_at_once_between_failures_does_not_end_them(monkeypatch: 
     kube, sink, now = FakeKube(), FakeSink(), [1000.0]
     down = TemporaryError("connection reset", retry_after=1)
     kube.watches = [[down], quiet_for(0.01, now), [down], quiet_for(0.01, now), [down]]  # type: ignore[list-item]
-    waits: list[float] = []
-    stop = threading.Event()
-    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
-    kube.out_of_watches = stop.set
-    Watch(kube, lambda: sink, "tenants", clock=lambda: now[0]).run(stop)
+    waits = waits_of(kube, sink, monkeypatch, lambda: now[0])
     assert waits == [1, 1.0, 2, 1.0, 4]
 
 
@@ -286,11 +282,7 @@ def test_readyz_waits_for_the_first_list_and_healthz_for_progress(
 def test_a_watch_that_ends_with_nothing_waits_a_second_before_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
     kube, sink = FakeKube(), FakeSink()
     kube.watches = [[], [], [change("ADDED", seen(ALICE, UP), "101")]]
-    waits: list[float] = []
-    stop = threading.Event()
-    monkeypatch.setattr(stop, "wait", lambda seconds: waits.append(seconds))
-    kube.out_of_watches = stop.set
-    Watch(kube, lambda: sink, "tenants").run(stop)
+    waits = waits_of(kube, sink, monkeypatch)
     assert waits == [1.0, 1.0], "two empty WATCHes, then one with a change and no wait after it"
     assert kube.watched_from == ["100", "100", "100", "101"]
 
