@@ -69,7 +69,7 @@ from shared.adapters.vcluster_api import VClusterProbe
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
-from shared.model import event_types, health, lifecycle, rollout, service_range
+from shared.model import cadence, event_types, health, lifecycle, rollout, service_range
 from shared.model.cluster import Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import (
@@ -121,6 +121,9 @@ class Drift:
     expires: datetime | None = None  # when the exported kubeconfig's client certificate expires
     rollout: Rollout | None = None  # the StatefulSet as its controller reports it (health.availability)
     api_missing: str | None = None  # what its API lacked through the stored kubeconfig (None: it answered)
+    # False: this pass read neither vcluster's Secret nor the API (shared.model.cadence); then
+    # ``kubeconfig_current`` means only "stored", ``granted`` is not known, ``api_missing`` is None
+    looked_closely: bool = True
 
     def reinstall_reason(self, tenant: Tenant) -> str:
         names = tenant.spec.names
@@ -191,7 +194,7 @@ class FleetReads:
 
     policies: set[tuple[str, PolicyObject]]
     rollouts: Mapping[tuple[str, str], Rollout]
-    stored: Mapping[str, str | None]
+    stored: Mapping[str, StoredCopy]
 
     @classmethod
     def read(cls, kube: Cluster, settings: Settings) -> FleetReads:
@@ -199,7 +202,7 @@ class FleetReads:
         rollouts = kube.list_rollouts(LABEL_TENANT_ID)
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         kubeconfigs = kube.iter_secrets(settings.tenant_namespace, selector, (KUBECONFIG_KEY,))
-        stored = {name: digest(secret.data.get(KUBECONFIG_KEY)) for name, secret in kubeconfigs}
+        stored = {name: StoredCopy.of(secret.data.get(KUBECONFIG_KEY)) for name, secret in kubeconfigs}
         return cls(policies=policies, rollouts=rollouts, stored=stored)
 
 
@@ -208,20 +211,49 @@ def digest(config: bytes | None) -> str | None:
     return None if config is None else hashlib.sha256(config).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class StoredCopy:
+    """What a pass keeps of a stored kubeconfig: its digest, and when the client certificate in it
+    expires (the credential kubeopera-api hands out; None: none to read)."""
+
+    digest: str | None
+    expires: datetime | None
+
+    @classmethod
+    def of(cls, config: bytes | None) -> StoredCopy:
+        expires = certificates.client_certificate_expiry(config) if config is not None else None
+        return cls(digest(config), expires)
+
+
 def observe_all(
-    kube: Cluster, settings: Settings, tenants: Sequence[Tenant], vcluster: VClusterProbe | None = None
+    kube: Cluster,
+    settings: Settings,
+    tenants: Sequence[Tenant],
+    vcluster: VClusterProbe | None = None,
+    tick: datetime | None = None,
 ) -> dict[str, Drift]:
     """``observe`` of each Tenant that is ``observed``, ``OBSERVERS`` at a time, by key, after
-    the fleet's reads (``FleetReads``). Each read runs in a copy of this context, so its span is a
+    the fleet's reads (``FleetReads``); closely those ``shared.model.cadence`` gives the tick at
+    ``tick`` (all of them by default). Each read runs in a copy of this context, so its span is a
     child of the tick's. A Tenant whose reads fail is left out (logged; the next pass looks
     again): one odd Tenant never stops the pass."""
     wanted = [t for t in tenants if observed(t)]
     if not wanted:
         return {}
+    at, passes = tick or utcnow(), settings.vcluster_look_passes
     fleet = FleetReads.read(kube, settings)
     with ThreadPoolExecutor(max_workers=min(OBSERVERS, len(wanted)), thread_name_prefix="resync-observe") as pool:
         futures = [
-            pool.submit(contextvars.copy_context().run, _observe_or_none, kube, settings, t, fleet, vcluster)
+            pool.submit(
+                contextvars.copy_context().run,
+                _observe_or_none,
+                kube,
+                settings,
+                t,
+                fleet,
+                vcluster,
+                cadence.closely(t.uid, at, settings.resync_tick_seconds, passes),
+            )
             for t in wanted
         ]
         found = {t.key: f.result() for t, f in zip(wanted, futures, strict=True)}
@@ -234,9 +266,10 @@ def _observe_or_none(
     tenant: Tenant,
     fleet: FleetReads,
     vcluster: VClusterProbe | None,
+    closely: bool,
 ) -> Drift | None:
     try:
-        return observe(kube, settings, tenant, fleet, vcluster)
+        return observe(kube, settings, tenant, fleet, vcluster, closely)
     except TenantError as err:
         extra = {"tenant": tenant.key, "error": str(err)}
         log.warning("could not read the Tenant's vCluster; the next pass looks again", extra=extra)
@@ -249,28 +282,30 @@ def observe(
     tenant: Tenant,
     fleet: FleetReads,
     vcluster: VClusterProbe | None = None,
+    closely: bool = True,
 ) -> Drift:
     """The Tenant's vCluster as it is: its StatefulSet and stored kubeconfig as the fleet's reads
-    found them (asked for by name when they did not), vcluster's Secret (one read), what the
-    chart rendered in its namespace, and, with ``vcluster``, its API asked through the stored
-    kubeconfig when a control-plane pod is ready (one TLS connection; None: not asked,
-    availability then follows the pod alone)."""
+    found them (asked for by name when they did not), and what the chart rendered in its
+    namespace. ``closely`` (``shared.model.cadence``) adds vcluster's Secret (one read) and, with
+    ``vcluster``, its API asked through the stored kubeconfig when a control-plane pod is ready
+    (one TLS connection; None: not asked, availability then follows the pod alone)."""
     names = tenant.spec.names
     try:  # through the Role install makes in the namespace (shared.steps.access)
         rollout = fleet.rollouts.get((names.namespace, names.release)) or kube.get_rollout(
             names.namespace, names.release
         )
-        written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY)
+        written = (
+            kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) if closely else None
+        )
     except Forbidden as err:
         refused = {"tenant": tenant.key, "error": str(err)}
         log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
         return Drift(release_present=True, kubeconfig_current=True, granted=False)
     stored = _stored(kube, settings, fleet, names.kubeconfig_secret)
-    current = stored.present and (written is None or stored.digest == digest(written))
+    current = stored.present and (written is None or stored.copy.digest == digest(written))
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in fleet.policies)
-    expires = certificates.client_certificate_expiry(written) if written is not None else None
     api_missing = None
-    if vcluster is not None and stored.present and rollout is not None and rollout.ready_replicas > 0:
+    if closely and vcluster is not None and stored.present and rollout is not None and rollout.ready_replicas > 0:
         # the stored kubeconfig, as kubeopera-api hands it out: when it is vcluster's, the bytes
         # just read; otherwise read by name (a drifted Tenant, or vcluster's Secret being rewritten)
         config = written if current and written is not None else stored.config(kube, settings.tenant_namespace)
@@ -279,20 +314,21 @@ def observe(
         release_present=rollout is not None,
         kubeconfig_current=current,
         policies_missing=missing,
-        expires=expires,
+        expires=stored.copy.expires,
         rollout=rollout,
         api_missing=api_missing,
+        looked_closely=closely,
     )
 
 
 @dataclass(frozen=True)
 class _Stored:
-    """A Tenant's stored kubeconfig as a pass knows it: whether the Secret exists, its key's
-    digest, and its bytes when they were read by name (``config`` reads them if not)."""
+    """A Tenant's stored kubeconfig as a pass knows it: whether the Secret exists, what the pass
+    keeps of its key, and its bytes when they were read by name (``config`` reads them if not)."""
 
     name: str
     present: bool
-    digest: str | None
+    copy: StoredCopy
     fetched: bool = False  # read by name: ``read`` holds its key's bytes (None: no such key)
     read: bytes | None = field(default=None, repr=False)
 
@@ -309,7 +345,7 @@ def _stored(kube: Cluster, settings: Settings, fleet: FleetReads, name: str) -> 
         return _Stored(name, True, fleet.stored[name])
     found = kube.get_secret(settings.tenant_namespace, name)  # made since the LIST, or labelled otherwise
     config = found.data.get(KUBECONFIG_KEY) if found is not None else None
-    return _Stored(name, found is not None, digest(config), fetched=True, read=config)
+    return _Stored(name, found is not None, StoredCopy.of(config), fetched=True, read=config)
 
 
 def resync(
@@ -318,14 +354,17 @@ def resync(
     settings: Settings,
     now: datetime | None = None,
     vcluster: VClusterProbe | None = None,
+    tick: datetime | None = None,
 ) -> dict[str, int]:
     """One pass; returns how many Tenants got each re-drive (for the log and the tests). With
-    ``vcluster``, each Ready Tenant's API is asked through its stored kubeconfig (``observe``)."""
+    ``vcluster``, the API of each Ready Tenant looked at closely is asked through its stored
+    kubeconfig (``observe``); which those are follows ``tick``, the tick's scheduled time (``now``
+    when not given; ``shared.model.cadence``)."""
     moment = now or utcnow()
     began = time.monotonic()
     counts: dict[str, int] = {}
     tenants = kube.list_tenants(settings.tenant_namespace, "")
-    drifts = observe_all(kube, settings, tenants, vcluster)
+    drifts = observe_all(kube, settings, tenants, vcluster, tick or moment)
     for tenant in tenants:
         action = decide(tenant, moment, settings, drifts.get(tenant.key))
         if action is None:
@@ -354,7 +393,11 @@ def resync(
             )
     seconds = time.monotonic() - began
     metrics.RESYNC_PASS.set(seconds)  # alert KubeoperaTenantResyncSlow: the Service cuts a pass at 600 s
-    log.info("resync pass done", extra={"tenants": len(tenants), "redriven": counts, "seconds": round(seconds, 3)})
+    closely = sum(1 for d in drifts.values() if d.looked_closely)
+    log.info(
+        "resync pass done",
+        extra={"tenants": len(tenants), "lookedClosely": closely, "redriven": counts, "seconds": round(seconds, 3)},
+    )
     return counts
 
 
@@ -368,7 +411,11 @@ def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str
         drift = drifts.get(tenant.key)
         if drift is None or drift.rollout is None:
             continue
-        wanted, written = health.availability(drift.rollout, tenant.generation, drift.api_missing), False
+        if drift.looked_closely:
+            wanted = health.availability(drift.rollout, tenant.generation, drift.api_missing)
+        else:
+            wanted = health.unasked(drift.rollout, tenant)
+        written = False
         with logs.bind(tenant=tenant.key):
             try:
                 written = availability.keep(kube, tenant, wanted)
@@ -570,6 +617,7 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     vcluster = rt.vcluster_api_client()
 
     def tick(event: BaseCloudEvent) -> None:
-        resync(rt.kube, sink(), settings, vcluster=vcluster)
+        # the tick's scheduled time (the PingSource's ``time``): a re-delivery looks at the same share
+        resync(rt.kube, sink(), settings, vcluster=vcluster, tick=event.get_time())
 
     return function_app(Step(name=NAME, accepts=lifecycle.RESYNC.takes, tick=tick), rt.sender_check())

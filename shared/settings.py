@@ -105,6 +105,13 @@ class Settings:
     # ROLLOUT_MAX_PARALLEL: a fleet change (the chart version, a plan, the base values) upgrades at
     # most this many Ready Tenants at a time across the fleet (shared.model.rollout).
     rollout_max_parallel: int = 2
+    # RESYNC_TICK_SECONDS: the time between two ticks of the PingSource tenant-resync
+    # (eventing/resync-pingsource.yaml: every 5 minutes; a deploy test checks they agree).
+    resync_tick_seconds: int = 300
+    # VCLUSTER_LOOK_PASSES: resync looks closely at each Ready Tenant (vcluster's Secret read by
+    # name, its API probed) once in this many passes, a share of the fleet on each
+    # (shared.model.cadence). 1: every Tenant on every pass.
+    vcluster_look_passes: int = 1
 
     @property
     def verify_senders(self) -> bool:
@@ -176,6 +183,8 @@ class Settings:
             external_server=_external_server(env),
             plans=_plans(env),
             rollout_max_parallel=_positive_int(env, "ROLLOUT_MAX_PARALLEL", defaults.rollout_max_parallel, "Tenants"),
+            resync_tick_seconds=_positive_int(env, "RESYNC_TICK_SECONDS", defaults.resync_tick_seconds),
+            vcluster_look_passes=_positive_int(env, "VCLUSTER_LOOK_PASSES", defaults.vcluster_look_passes, "passes"),
             **(_senders(env) if deliveries else {}),
         )
 

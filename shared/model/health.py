@@ -7,8 +7,9 @@ Ready (check-ready has just seen the control plane ready and its API answer); ch
 each change of the vCluster's StatefulSet (the vCluster watch), and resync's pass over every Tenant,
 keep it (``shared.steps.availability``): no ready control-plane pod makes it False, reason
 ``ControlPlaneNotReady``; a ready pod whose API does not answer through the stored kubeconfig
-(resync asks it on each pass) False, reason ``APINotServing``; a ready one that answers True
-again, reason ``ControlPlaneReady``. Each change is
+(resync asks it on each pass by default, on one pass in ``VCLUSTER_LOOK_PASSES`` otherwise, and
+a pass that does not ask leaves that finding as it is: ``unasked``) False, reason
+``APINotServing``; a ready one that answers True again, reason ``ControlPlaneReady``. Each change is
 written once, with an Event (``VClusterUnavailable``, a Warning; ``VClusterAvailable``); a pass
 that finds nothing changed writes nothing. The phase stays Ready throughout: it says what
 provisioning reached, as the original defines it.
@@ -45,6 +46,17 @@ def availability(rollout: Rollout, generation: int, api_missing: str | None = No
     if api_missing is not None:
         return Condition(COND_AVAILABLE, "False", NOT_SERVING, api_missing, generation)
     return available(generation, f"the vCluster's control plane is ready ({rollout.ready_replicas} ready)")
+
+
+def unasked(rollout: Rollout, tenant: Tenant) -> Condition:
+    """The condition a look that did not ask the vCluster's API says (a resync pass that did not
+    look at this Tenant closely, ``shared.model.cadence``): the StatefulSet's, except that while a
+    pod is ready the API's own finding (``APINotServing``) stays as it is: only asking clears it."""
+    current = tenant.status.condition(COND_AVAILABLE)
+    found_by_asking = current is not None and (current.status, current.reason) == ("False", NOT_SERVING)
+    if rollout.ready_replicas > 0 and found_by_asking:
+        return current
+    return availability(rollout, tenant.generation)
 
 
 def changed(tenant: Tenant, wanted: Condition) -> bool:

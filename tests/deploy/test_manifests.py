@@ -279,6 +279,17 @@ def test_resync_trigger_takes_only_its_own_pingsource() -> None:
     assert trigger["spec"]["filters"] == [{"exact": {"type": "dev.knative.sources.ping", "source": source}}]
 
 
+def test_the_resync_schedule_ticks_every_resync_tick_seconds() -> None:
+    """resync spreads its close looks by the tick's number (shared.model.cadence), counted in
+    RESYNC_TICK_SECONDS: the schedule must tick that often, on the period's boundaries, in UTC."""
+    (ping,) = file_documents(EVENTING / "resync-pingsource.yaml")
+    minutes = re.fullmatch(r"\*/(\d+) \* \* \* \*", ping["spec"]["schedule"])
+    assert minutes is not None, "every N minutes, from the hour"
+    assert 60 % int(minutes[1]) == 0, "a period that divides the hour: the ticks fall on its boundaries"
+    assert int(minutes[1]) * 60 == Settings().resync_tick_seconds
+    assert ping["spec"]["timezone"] == "Etc/UTC"
+
+
 HINT_TRIGGERS = {step.hint_trigger: step.function for step in lifecycle.STEPS if step.hint_trigger}
 ONE_TYPE_STEPS = [step for step in lifecycle.STEPS if step not in (lifecycle.ROUTER, lifecycle.RESYNC)]
 

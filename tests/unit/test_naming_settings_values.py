@@ -76,10 +76,13 @@ def test_settings_read_the_environment() -> None:
             "VCLUSTER_CHART_VERSION": "0.21.2",
             "PROVISION_TIMEOUT_SECONDS": "900",
             "CHART_CACHE_DIR": "/var/cache/charts",
+            "RESYNC_TICK_SECONDS": "600",
+            "VCLUSTER_LOOK_PASSES": "4",
         }
         | SENDERS
     )
     assert s.kubeopera_api_base_url == "https://api.example:9443"
+    assert (s.resync_tick_seconds, s.vcluster_look_passes) == (600, 4)
     assert s.environment == "production"
     assert s.provision_timeout_seconds == 900
     assert s.chart_cache_dir == Path("/var/cache/charts")
@@ -105,6 +108,9 @@ def test_settings_read_the_environment() -> None:
         ("VCLUSTER_EXTERNAL_SERVER", "https://{tenant}.example.com/api", "must be https://<host>"),
         ("VCLUSTER_EXTERNAL_SERVER", "https://{user}.example.com", "not \\['user'\\]"),
         ("HELM_DEADLINE_SECONDS", "0", "HELM_DEADLINE_SECONDS must be positive"),
+        ("VCLUSTER_LOOK_PASSES", "0", "VCLUSTER_LOOK_PASSES must be positive, got 0"),
+        ("VCLUSTER_LOOK_PASSES", "half", "VCLUSTER_LOOK_PASSES must be a whole number of passes, got 'half'"),
+        ("RESYNC_TICK_SECONDS", "5m", "RESYNC_TICK_SECONDS must be a whole number of seconds, got '5m'"),
         (
             "HELM_DEADLINE_SECONDS",
             "178",

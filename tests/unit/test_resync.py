@@ -9,9 +9,11 @@ chain leaves behind. No cluster, helm or Go tool is involved.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -25,12 +27,21 @@ from flask import Flask
 from prometheus_client import REGISTRY
 
 from functions import check_ready, cleanup, install, notify_api, store_kubeconfig
-from functions.resync import CLEANUP_STALL_SECONDS, Drift, FleetReads, Redrive, create_app, decide, resync
+from functions.resync import (
+    CLEANUP_STALL_SECONDS,
+    Drift,
+    FleetReads,
+    Redrive,
+    StoredCopy,
+    create_app,
+    decide,
+    resync,
+)
 from shared.adapters.kubeopera_api import CallbackResult, CloudSpaceUpdate
 from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Conflict, Forbidden, NotReadyYet, ProvisionTimeout, TemporaryError
-from shared.model import event_types, lifecycle
+from shared.model import cadence, event_types, lifecycle
 from shared.model.cluster import Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
@@ -433,11 +444,12 @@ def test_a_stored_kubeconfig_the_list_did_not_find_is_asked_for_by_name(
 
 
 def test_the_fleets_lists_keep_a_digest_of_each_stored_kubeconfig(kube: FakeKube, helm: FakeHelm) -> None:
-    """A few bytes per Tenant, however large the fleet: its stored kubeconfig's digest, not its bytes."""
+    """A few bytes per Tenant, however large the fleet: its stored kubeconfig's digest and its
+    certificate's expiry (none in this one: a token), not its bytes."""
     ready(kube, helm)
     fleet = FleetReads.read(kube, SETTINGS)
     stored = kube.secrets[(TENANT_NAMESPACE, BOB_SECRET)]["data"][KUBECONFIG_KEY]
-    assert fleet.stored == {BOB_SECRET: hashlib.sha256(stored).hexdigest()}
+    assert fleet.stored == {BOB_SECRET: StoredCopy(hashlib.sha256(stored).hexdigest(), None)}
     assert set(fleet.rollouts) == {(BOB_NS, BOB_RELEASE)}
 
 
@@ -1211,3 +1223,105 @@ def test_a_pass_says_how_long_it_took(
     assert REGISTRY.get_sample_value("kubeopera_tenant_resync_pass_seconds") == 253.5
     done = [r for r in caplog.records if r.getMessage() == "resync pass done"]
     assert [getattr(r, "seconds", None) for r in done] == [253.5]
+
+
+# Close looks spread over passes (VCLUSTER_LOOK_PASSES, shared.model.cadence) --------------------
+
+SPREAD = dataclasses.replace(SETTINGS, vcluster_look_passes=3)
+TICK0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # a tick of the PingSource's schedule
+
+
+def ticks_for(uid: str) -> tuple[datetime, datetime]:
+    """A tick whose pass looks at ``uid`` closely, and one whose pass does not (SPREAD)."""
+    ticks = [TICK0 + timedelta(seconds=SPREAD.resync_tick_seconds * k) for k in range(SPREAD.vcluster_look_passes)]
+    mine = [t for t in ticks if cadence.closely(uid, t, SPREAD.resync_tick_seconds, SPREAD.vcluster_look_passes)]
+    assert len(mine) == 1
+    return mine[0], next(t for t in ticks if t != mine[0])
+
+
+def test_spread_close_looks_read_and_ask_each_ready_tenant_once_in_as_many_ticks(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    names = [f"team-{i}" for i in range(9)]
+    for name in names:
+        ready(kube, helm, name, str(uuid.uuid5(uuid.NAMESPACE_URL, name)))
+    api = FakeVClusterApi()
+    asked: Counter[bytes] = Counter()
+    for k in range(SPREAD.vcluster_look_passes):
+        api.asked.clear()
+        kube.calls.clear()
+        tick = TICK0 + timedelta(seconds=SPREAD.resync_tick_seconds * k)
+        assert resync(kube, sink, SPREAD, vcluster=api, tick=tick) == {}
+        assert len(api.asked) < len(names), "a share of the fleet on each pass"
+        assert kube.calls["read_secret_key"] == len(api.asked), "vcluster's Secret read with each probe alone"
+        asked.update(api.asked)
+    assert sorted(asked) == sorted(CONFIG + n.encode() for n in names), "each stored kubeconfig asked"
+    assert set(asked.values()) == {1}
+    assert sink.sent == []
+
+
+def test_a_tick_delivered_again_looks_at_the_same_share(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    for name in ("team-1", "team-2", "team-3", "team-4"):
+        ready(kube, helm, name, str(uuid.uuid5(uuid.NAMESPACE_URL, name)))
+    api = FakeVClusterApi()
+    resync(kube, sink, SPREAD, now=TICK0, vcluster=api, tick=TICK0)
+    first = list(api.asked)
+    api.asked.clear()
+    resync(kube, sink, SPREAD, now=TICK0 + timedelta(seconds=100), vcluster=api, tick=TICK0)
+    assert api.asked == first
+
+
+def test_a_pass_that_does_not_look_closely_keeps_the_apis_finding_until_one_that_does(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    """Only asking the API clears what asking found; the StatefulSet is read on every pass."""
+    ready(kube, helm)
+    mine, other = ticks_for(live(kube).uid)
+    api = FakeVClusterApi("the vCluster's API at https://vc-bob.vcluster-bob.svc:443: ... refused")
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=mine) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("False", "APINotServing")
+
+    api.missing_now = None
+    writes, asked = Counter(kube.writes), len(api.asked)
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=other) == {}
+    assert (availability_of(kube), len(api.asked), kube.writes) == (("False", "APINotServing"), asked, writes)
+    assert (vclusters_counted("true"), vclusters_counted("false")) == (0, 1)
+
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 0, 1)  # the pod too, seen without a close look
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=other) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("False", "ControlPlaneNotReady")
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=other) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("True", "ControlPlaneReady")
+
+    api.missing_now = "the vCluster's API at https://vc-bob.vcluster-bob.svc:443: ... refused"
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=mine) == {"AVAILABILITY": 1}
+    api.missing_now = None
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=mine) == {"AVAILABILITY": 1}
+    assert availability_of(kube) == ("True", "ControlPlaneReady")
+
+
+def test_a_new_kubeconfig_from_vcluster_is_found_on_the_tenants_close_look(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    """The trade of spreading the looks: vcluster's Secret is read on one pass in N."""
+    ready(kube, helm)
+    mine, other = ticks_for(live(kube).uid)
+    kube.secrets[(BOB_NS, BOB_VC_SECRET)]["data"][VCLUSTER_CONFIG_KEY] = b"apiVersion: v1\nkind: Config\n# new\n"
+    assert resync(kube, sink, SPREAD, tick=other) == {}
+    assert resync(kube, sink, SPREAD, tick=mine) == {"STORE": 1}
+
+
+def test_every_pass_counts_every_expiring_kubeconfig_whichever_it_looks_at_closely(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    """The expiry is read from the stored kubeconfigs the fleet's LIST returns: the credential
+    kubeopera-api hands out, for every Tenant, on every pass."""
+    for name, days in (("team-1", 10), ("team-2", 400), ("team-3", 29), ("team-4", 5)):
+        obj = provisioning(kube, helm, name, str(uuid.uuid5(uuid.NAMESPACE_URL, name)))
+        kube.boot_vcluster(name, kubeconfig_expiring_in(days))
+        assert store_kubeconfig.handle(kube, SETTINGS, ref_of(obj)) is not None
+        notify_api.handle(kube, FakeKubeoperaApi(), ref_of(obj))
+    for k in range(SPREAD.vcluster_look_passes):
+        assert resync(kube, sink, SPREAD, tick=TICK0 + timedelta(seconds=SPREAD.resync_tick_seconds * k)) == {}
+        assert REGISTRY.get_sample_value("kubeopera_tenant_kubeconfigs_expiring", {"within": "30d"}) == 3
