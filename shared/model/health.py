@@ -53,9 +53,9 @@ def unasked(rollout: Rollout, tenant: Tenant) -> Condition:
     look at this Tenant closely, ``shared.model.cadence``): the StatefulSet's, except that while a
     pod is ready the API's own finding (``APINotServing``) stays as it is: only asking clears it."""
     current = tenant.status.condition(COND_AVAILABLE)
-    found_by_asking = current is not None and (current.status, current.reason) == ("False", NOT_SERVING)
-    if rollout.ready_replicas > 0 and found_by_asking:
-        return current
+    pod_ready = rollout.ready_replicas > 0
+    if pod_ready and current is not None and current.reason == NOT_SERVING and current.status == "False":
+        return current  # found by asking
     return availability(rollout, tenant.generation)
 
 
