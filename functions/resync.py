@@ -31,9 +31,11 @@ The decision (``decide``) is pure. A pass over settled Tenants writes nothing an
 It reads the fleet in a fixed number of LISTs (``FleetReads``: the vCluster StatefulSets, the
 stored kubeconfigs, the chart's namespace policies: ResourceQuota, LimitRange, NetworkPolicies,
 ``shared.model.isolation``), then, ``OBSERVERS`` Tenants at a time (a pass is bound by CPU, this
-process's most: ``bench resync`` prints where it goes), each Ready Tenant's vcluster Secret (the
-one read of its own; no identity of ours may list Secrets in a Tenant's namespace) and its
-vCluster's API (``shared.adapters.vcluster_api``). resync reads in a Tenant's namespace only what
+process's most: ``bench resync`` prints where it goes), takes a close look at each Ready Tenant:
+its vcluster Secret (the one read of its own; no identity of ours may list Secrets in a Tenant's
+namespace) and its vCluster's API (``shared.adapters.vcluster_api``). With
+``VCLUSTER_LOOK_PASSES`` above 1 a pass looks closely only at its share of the fleet
+(``shared.model.cadence``), and each Tenant gets a close look once in that many ticks. resync reads in a Tenant's namespace only what
 install grants it there (``shared.steps.access``: the StatefulSet and vcluster's Secret, by
 name; the StatefulSet only when the fleet's LIST did not find it); a Tenant made before
 that grant existed has none, and its reads are refused: resync sends it to install, which makes
@@ -42,9 +44,9 @@ being worked on at that moment may get a duplicate event, which the steps' idemp
 resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered
 and the pass runs again.
 
-Each pass also counts the Ready Tenants whose exported kubeconfig's client certificate expires
+Each pass also counts the Ready Tenants whose stored kubeconfig's client certificate expires
 within 30 days (``kubeopera_tenant_kubeconfigs_expiring``, with the seconds to the soonest; alert
-``KubeoperaTenantKubeconfigExpiring``), from the Secret it reads anyway (``shared.steps.certificates``),
+``KubeoperaTenantKubeconfigExpiring``), from the stored kubeconfigs it lists anyway (``shared.steps.certificates``),
 and logs a warning naming each of them: ``kubeopera-tenants rotate`` re-issues its certificates.
 """
 
