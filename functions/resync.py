@@ -35,11 +35,12 @@ process's most: ``bench resync`` prints where it goes), takes a close look at ea
 its vcluster Secret (the one read of its own; no identity of ours may list Secrets in a Tenant's
 namespace) and its vCluster's API (``shared.adapters.vcluster_api``). With
 ``VCLUSTER_LOOK_PASSES`` above 1 a pass looks closely only at its share of the fleet
-(``shared.model.cadence``), and each Tenant gets a close look once in that many ticks. resync reads in a Tenant's namespace only what
-install grants it there (``shared.steps.access``: the StatefulSet and vcluster's Secret, by
-name; the StatefulSet only when the fleet's LIST did not find it); a Tenant made before
-that grant existed has none, and its reads are refused: resync sends it to install, which makes
-it (and changes nothing else of a settled Tenant), and looks again on the next tick. A Tenant
+(``shared.model.cadence``), and each Tenant gets a close look once in that many ticks. resync
+reads in a Tenant's namespace only what install grants it there (``shared.steps.access``: the
+StatefulSet and vcluster's Secret, by name; the StatefulSet only when the fleet's LIST did not
+find it); a Tenant made before that grant existed has none, and its reads are refused: resync
+sends it to install, which makes it (and changes nothing else of a settled Tenant), and looks
+again on the next tick. A Tenant
 being worked on at that moment may get a duplicate event, which the steps' idempotence and
 resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered
 and the pass runs again.
