@@ -93,8 +93,8 @@ def template(stack: Stack) -> dict[str, dict[str, Any]]:
         "namespace": get("namespace", f"vcluster-{TEMPLATE}"),
         "statefulset": get("statefulset", f"vc-{TEMPLATE}", "-n", f"vcluster-{TEMPLATE}"),
         "secret": get("secret", f"tenant-{cloud_space}-kubeconfig", "-n", TENANT_NAMESPACE),
-        # the kubeconfig vcluster exported, which resync compares with the stored one and reads the
-        # client certificate's expiry from (the same bytes as the stored copy's: settled)
+        # the kubeconfig vcluster exported, which resync compares with the stored one on a close
+        # look (the same bytes as the stored copy's: settled)
         f"Secret vc-vc-{TEMPLATE}": get("secret", f"vc-vc-{TEMPLATE}", "-n", f"vcluster-{TEMPLATE}"),
         # the chart's namespace policies, which resync lists fleet-wide (shared.model.isolation)
         **{

@@ -121,12 +121,16 @@ class Drift:
     kubeconfig_current: bool  # the stored kubeconfig exists and is what vcluster wrote
     policies_missing: tuple[str, ...] = ()  # the chart's namespace policies that are gone
     granted: bool = True  # False: the reads in the Tenant's namespace were refused (the rest unknown)
-    expires: datetime | None = None  # when the exported kubeconfig's client certificate expires
+    expires: datetime | None = None  # when the stored kubeconfig's client certificate expires
     rollout: Rollout | None = None  # the StatefulSet as its controller reports it (health.availability)
     api_missing: str | None = None  # what its API lacked through the stored kubeconfig (None: it answered)
     # False: this pass read neither vcluster's Secret nor the API (shared.model.cadence); then
     # ``kubeconfig_current`` means only "stored", ``granted`` is not known, ``api_missing`` is None
     looked_closely: bool = True
+    # False: the API was not asked though a probe is at hand (no close look, no stored kubeconfig
+    # to ask with, no ready pod): what asking found before stays (health.unasked). True also when
+    # there is no probe at all (``vcluster`` None): the pod alone judges then
+    api_judged: bool = True
 
     def reinstall_reason(self, tenant: Tenant) -> str:
         names = tenant.spec.names
@@ -186,14 +190,14 @@ def observed(tenant: Tenant) -> bool:
 class FleetReads:
     """What a pass reads of every Tenant at once, in a fixed number of LISTs (a page of
     ``PAGE`` at a time), so that a settled Tenant costs no request of its own on the API server
-    but its vcluster Secret's: the chart's namespace policies by namespace, the vCluster
+    but its vcluster Secret's on a close look: the chart's namespace policies by namespace, the vCluster
     StatefulSets by (namespace, name) (every StatefulSet carrying ``kubeopera.io/tenant-id``, as
     install's values label it; the label on every release this project has made), and the stored
     kubeconfigs in the Tenants' namespace by name (``managed-by``, the spec's label), each kept
-    as the digest of its ``kubeconfig`` key (None: no such key), so that a pass holds a few bytes
-    per Tenant however large the fleet. What a list lacks, ``observe`` asks for by name: a LIST
-    is a snapshot, and "not listed" proves nothing about an object made since or labelled
-    otherwise."""
+    as the digest of its ``kubeconfig`` key and its client certificate's expiry (``StoredCopy``),
+    so that a pass holds a few bytes per Tenant however large the fleet. What a list lacks,
+    ``observe`` asks for by name: a LIST is a snapshot, and "not listed" proves nothing about an
+    object made since or labelled otherwise."""
 
     policies: set[tuple[str, PolicyObject]]
     rollouts: Mapping[tuple[str, str], Rollout]
@@ -293,26 +297,32 @@ def observe(
     ``vcluster``, its API asked through the stored kubeconfig when a control-plane pod is ready
     (one TLS connection; None: not asked, availability then follows the pod alone)."""
     names = tenant.spec.names
+    stored = _stored(kube, settings, fleet, names.kubeconfig_secret)  # in the Tenants' namespace
     try:  # through the Role install makes in the namespace (shared.steps.access)
         rollout = fleet.rollouts.get((names.namespace, names.release)) or kube.get_rollout(
             names.namespace, names.release
         )
-        written = (
-            kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) if closely else None
-        )
+        written = kube.read_secret_key(names.namespace, names.vcluster_secret, VCLUSTER_CONFIG_KEY) if closely else None
     except Forbidden as err:
         refused = {"tenant": tenant.key, "error": str(err)}
         log.warning("reads in the Tenant's namespace refused; install grants them", extra=refused)
-        return Drift(release_present=True, kubeconfig_current=True, granted=False)
-    stored = _stored(kube, settings, fleet, names.kubeconfig_secret)
+        return Drift(
+            release_present=True,
+            kubeconfig_current=True,
+            granted=False,
+            expires=stored.copy.expires,
+            looked_closely=closely,
+            api_judged=False,
+        )
     current = stored.present and (written is None or stored.copy.digest == digest(written))
     missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in fleet.policies)
-    api_missing = None
+    api_missing, judged = None, vcluster is None
     if closely and vcluster is not None and stored.present and rollout is not None and rollout.ready_replicas > 0:
         # the stored kubeconfig, as kubeopera-api hands it out: when it is vcluster's, the bytes
         # just read; otherwise read by name (a drifted Tenant, or vcluster's Secret being rewritten)
         config = written if current and written is not None else stored.config(kube, settings.tenant_namespace)
-        api_missing = vcluster.missing(config) if config is not None else None
+        if config is not None:
+            api_missing, judged = vcluster.missing(config), True
     return Drift(
         release_present=rollout is not None,
         kubeconfig_current=current,
@@ -321,6 +331,7 @@ def observe(
         rollout=rollout,
         api_missing=api_missing,
         looked_closely=closely,
+        api_judged=judged,
     )
 
 
@@ -405,7 +416,8 @@ def resync(
 
 
 def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str, Drift]) -> dict[str, int]:
-    """``VClusterAvailable`` of each observed Tenant, as its StatefulSet says now (``shared.model.health``):
+    """``VClusterAvailable`` of each observed Tenant, as its StatefulSet and, where this pass asked
+    it, its API say now (``shared.model.health``; ``health.unasked`` where it did not):
     written, with an Event, only where it changed; ``kubeopera_tenant_vclusters{available}`` counted.
     A Tenant whose write fails is left for the next pass (logged), as a re-drive is."""
     by_state = {"true": 0, "false": 0}
@@ -414,7 +426,7 @@ def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str
         drift = drifts.get(tenant.key)
         if drift is None or drift.rollout is None:
             continue
-        if drift.looked_closely:
+        if drift.api_judged:
             wanted = health.availability(drift.rollout, tenant.generation, drift.api_missing)
         else:
             wanted = health.unasked(drift.rollout, tenant)
@@ -620,7 +632,8 @@ def create_app(runtime: Runtime | None = None) -> Flask:
     vcluster = rt.vcluster_api_client()
 
     def tick(event: BaseCloudEvent) -> None:
-        # the tick's scheduled time (the PingSource's ``time``): a re-delivery looks at the same share
+        # the tick's ``time``, when mtping sent it (within a second of the schedule; the broker keeps
+        # it on a re-delivery, which so looks at the same share)
         resync(rt.kube, sink(), settings, vcluster=vcluster, tick=event.get_time())
 
     return function_app(Step(name=NAME, accepts=lifecycle.RESYNC.takes, tick=tick), rt.sender_check())

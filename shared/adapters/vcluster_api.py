@@ -74,8 +74,9 @@ class UnusableKubeconfig(ValueError):
     """The kubeconfig cannot be used as it is (no server, no CA, insecure, no client certificate)."""
 
 
-# resync reads each Ready Tenant's kubeconfig twice in a row (its certificate's expiry, the probe),
-# eight Tenants at a time: the last few parsed are kept (the values are frozen).
+# A kubeconfig is often read twice in a row (check-ready's look and its probe; rotation's steps),
+# several at a time: the last few parsed are kept (the values are frozen). resync parses every
+# stored one for its certificate's expiry while it lists them, long before its probes.
 @functools.lru_cache(maxsize=32)
 def read_kubeconfig(raw: bytes) -> Credentials:
     """The current context's server and credentials, with the certificates inline (as vcluster writes them)."""

@@ -7,9 +7,10 @@ Ready (check-ready has just seen the control plane ready and its API answer); ch
 each change of the vCluster's StatefulSet (the vCluster watch), and resync's pass over every Tenant,
 keep it (``shared.steps.availability``): no ready control-plane pod makes it False, reason
 ``ControlPlaneNotReady``; a ready pod whose API does not answer through the stored kubeconfig
-(resync asks it on each pass by default, on one pass in ``VCLUSTER_LOOK_PASSES`` otherwise, and
-a pass that does not ask leaves that finding as it is: ``unasked``) False, reason
-``APINotServing``; a ready one that answers True again, reason ``ControlPlaneReady``. Each change is
+(resync asks it on each pass by default, on one pass in ``VCLUSTER_LOOK_PASSES`` otherwise; a
+pass that does not ask leaves a False condition as it is while a pod is ready: ``unasked``)
+False, reason ``APINotServing``; a ready one that answers True again, reason
+``ControlPlaneReady``. Each change is
 written once, with an Event (``VClusterUnavailable``, a Warning; ``VClusterAvailable``); a pass
 that finds nothing changed writes nothing. The phase stays Ready throughout: it says what
 provisioning reached, as the original defines it.
@@ -50,12 +51,13 @@ def availability(rollout: Rollout, generation: int, api_missing: str | None = No
 
 def unasked(rollout: Rollout, tenant: Tenant) -> Condition:
     """The condition a look that did not ask the vCluster's API says (a resync pass that did not
-    look at this Tenant closely, ``shared.model.cadence``): the StatefulSet's, except that while a
-    pod is ready the API's own finding (``APINotServing``) stays as it is: only asking clears it."""
+    look at this Tenant closely, ``shared.model.cadence``, or had no stored kubeconfig to ask
+    with): no ready pod is ``ControlPlaneNotReady`` as always; with a ready pod, a False condition
+    stays as it is, since only asking may say that the API answers again (check-ready asks at the
+    pod's change, resync at its next close look), and otherwise the pod's word, True."""
     current = tenant.status.condition(COND_AVAILABLE)
-    pod_ready = rollout.ready_replicas > 0
-    if pod_ready and current is not None and current.reason == NOT_SERVING and current.status == "False":
-        return current  # found by asking
+    if rollout.ready_replicas > 0 and current is not None and current.status == "False":
+        return current
     return availability(rollout, tenant.generation)
 
 

@@ -1229,11 +1229,18 @@ def test_a_pass_says_how_long_it_took(
 
 SPREAD = dataclasses.replace(SETTINGS, vcluster_look_passes=3)
 TICK0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # a tick of the PingSource's schedule
+PERIOD = timedelta(seconds=SPREAD.resync_tick_seconds)
+
+
+def cloud_space(name: str) -> str:
+    """A cloudSpaceID of its own for each Tenant of these tests (which share a pass takes
+    follows the Tenant's uid, ``uid-<namespace>-<name>`` in the fake, not this)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
 
 
 def ticks_for(uid: str) -> tuple[datetime, datetime]:
     """A tick whose pass looks at ``uid`` closely, and one whose pass does not (SPREAD)."""
-    ticks = [TICK0 + timedelta(seconds=SPREAD.resync_tick_seconds * k) for k in range(SPREAD.vcluster_look_passes)]
+    ticks = [TICK0 + PERIOD * k for k in range(SPREAD.vcluster_look_passes)]
     mine = [t for t in ticks if cadence.closely(uid, t, SPREAD.resync_tick_seconds, SPREAD.vcluster_look_passes)]
     assert len(mine) == 1
     return mine[0], next(t for t in ticks if t != mine[0])
@@ -1244,14 +1251,13 @@ def test_spread_close_looks_read_and_ask_each_ready_tenant_once_in_as_many_ticks
 ) -> None:
     names = [f"team-{i}" for i in range(9)]
     for name in names:
-        ready(kube, helm, name, str(uuid.uuid5(uuid.NAMESPACE_URL, name)))
+        ready(kube, helm, name, cloud_space(name))
     api = FakeVClusterApi()
     asked: Counter[bytes] = Counter()
     for k in range(SPREAD.vcluster_look_passes):
         api.asked.clear()
         kube.calls.clear()
-        tick = TICK0 + timedelta(seconds=SPREAD.resync_tick_seconds * k)
-        assert resync(kube, sink, SPREAD, vcluster=api, tick=tick) == {}
+        assert resync(kube, sink, SPREAD, vcluster=api, tick=TICK0 + PERIOD * k) == {}
         assert len(api.asked) < len(names), "a share of the fleet on each pass"
         assert kube.calls["read_secret_key"] == len(api.asked), "vcluster's Secret read with each probe alone"
         asked.update(api.asked)
@@ -1260,24 +1266,49 @@ def test_spread_close_looks_read_and_ask_each_ready_tenant_once_in_as_many_ticks
     assert sink.sent == []
 
 
-def test_a_tick_delivered_again_looks_at_the_same_share(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
-    for name in ("team-1", "team-2", "team-3", "team-4"):
-        ready(kube, helm, name, str(uuid.uuid5(uuid.NAMESPACE_URL, name)))
+def test_a_tick_delivered_again_later_looks_at_the_same_share(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    names = [f"team-{i}" for i in range(9)]
+    for name in names:
+        ready(kube, helm, name, cloud_space(name))
     api = FakeVClusterApi()
     resync(kube, sink, SPREAD, now=TICK0, vcluster=api, tick=TICK0)
     first = list(api.asked)
+    assert 0 < len(first) < len(names)
     api.asked.clear()
-    resync(kube, sink, SPREAD, now=TICK0 + timedelta(seconds=100), vcluster=api, tick=TICK0)
+    resync(kube, sink, SPREAD, now=TICK0 + PERIOD * 1.5, vcluster=api, tick=TICK0)  # in the next tick's period
     assert api.asked == first
 
 
-def test_a_pass_that_does_not_look_closely_keeps_the_apis_finding_until_one_that_does(
+def test_a_tick_over_http_looks_at_the_share_of_its_events_time(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
+    """create_app passes the tick's ``time`` on: a tick sent at TICK0 and one sent a period later,
+    delivered at the same moment, look at two different shares."""
+    names = [f"team-{i}" for i in range(9)]
+    for name in names:
+        ready(kube, helm, name, cloud_space(name))
+    api = FakeVClusterApi()
+    app = create_app(Runtime(settings=SPREAD, kube=kube, sink=sink, vcluster_api=api))
+    headers, body = ping_event(PINGSOURCE)
+    shares = []
+    for at in (TICK0, TICK0 + PERIOD):
+        api.asked.clear()
+        sent = headers | {"ce-time": at.isoformat().replace("+00:00", "Z")}
+        assert post(app, sent, body).status_code == 204
+        shares.append(sorted(api.asked))
+    want = [
+        sorted(CONFIG + n.encode() for n in names if cadence.closely(f"uid-{TENANT_NAMESPACE}-{n}", at, 300, 3))
+        for at in (TICK0, TICK0 + PERIOD)
+    ]
+    assert shares == want and shares[0] != shares[1]
+
+
+def test_a_pass_that_does_not_ask_the_api_leaves_a_false_condition_until_one_that_does(
     kube: FakeKube, helm: FakeHelm, sink: FakeSink
 ) -> None:
-    """Only asking the API clears what asking found; the StatefulSet is read on every pass."""
+    """Only asking the API says it answers again; the StatefulSet is read on every pass."""
     ready(kube, helm)
     mine, other = ticks_for(live(kube).uid)
-    api = FakeVClusterApi("the vCluster's API at https://vc-bob.vcluster-bob.svc:443: ... refused")
+    refused = "the vCluster's API at https://vc-bob.vcluster-bob.svc:443: ... refused"
+    api = FakeVClusterApi(refused)
     assert resync(kube, sink, SPREAD, vcluster=api, tick=mine) == {"AVAILABILITY": 1}
     assert availability_of(kube) == ("False", "APINotServing")
 
@@ -1287,17 +1318,14 @@ def test_a_pass_that_does_not_look_closely_keeps_the_apis_finding_until_one_that
     assert (availability_of(kube), len(api.asked), kube.writes) == (("False", "APINotServing"), asked, writes)
     assert (vclusters_counted("true"), vclusters_counted("false")) == (0, 1)
 
-    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 0, 1)  # the pod too, seen without a close look
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 0, 1)  # the pod down too: seen without asking
     assert resync(kube, sink, SPREAD, vcluster=api, tick=other) == {"AVAILABILITY": 1}
     assert availability_of(kube) == ("False", "ControlPlaneNotReady")
-    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)
-    assert resync(kube, sink, SPREAD, vcluster=api, tick=other) == {"AVAILABILITY": 1}
-    assert availability_of(kube) == ("True", "ControlPlaneReady")
+    kube.rollouts[(BOB_NS, BOB_RELEASE)] = Rollout(1, 1, 1, 1, 1)  # the pod back: its API not asked yet
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=other) == {}
+    assert availability_of(kube) == ("False", "ControlPlaneNotReady")
 
-    api.missing_now = "the vCluster's API at https://vc-bob.vcluster-bob.svc:443: ... refused"
-    assert resync(kube, sink, SPREAD, vcluster=api, tick=mine) == {"AVAILABILITY": 1}
-    api.missing_now = None
-    assert resync(kube, sink, SPREAD, vcluster=api, tick=mine) == {"AVAILABILITY": 1}
+    assert resync(kube, sink, SPREAD, vcluster=api, tick=mine) == {"AVAILABILITY": 1}  # asked: it answers
     assert availability_of(kube) == ("True", "ControlPlaneReady")
 
 
@@ -1315,13 +1343,23 @@ def test_a_new_kubeconfig_from_vcluster_is_found_on_the_tenants_close_look(
 def test_every_pass_counts_every_expiring_kubeconfig_whichever_it_looks_at_closely(
     kube: FakeKube, helm: FakeHelm, sink: FakeSink
 ) -> None:
-    """The expiry is read from the stored kubeconfigs the fleet's LIST returns: the credential
-    kubeopera-api hands out, for every Tenant, on every pass."""
+    """The expiry is read from the stored kubeconfigs the fleet's LIST returns (the credential
+    kubeopera-api hands out), for every Tenant, on every pass; one the LIST missed, from its read
+    by name; not from vcluster's Secret, which may already hold another certificate."""
     for name, days in (("team-1", 10), ("team-2", 400), ("team-3", 29), ("team-4", 5)):
-        obj = provisioning(kube, helm, name, str(uuid.uuid5(uuid.NAMESPACE_URL, name)))
+        obj = provisioning(kube, helm, name, cloud_space(name))
         kube.boot_vcluster(name, kubeconfig_expiring_in(days))
         assert store_kubeconfig.handle(kube, SETTINGS, ref_of(obj)) is not None
         notify_api.handle(kube, FakeKubeoperaApi(), ref_of(obj))
+    # vcluster re-issued team-1's certificate (for long), not stored yet: its customer's still expires
+    kube.secrets[("vcluster-team-1", "vc-vc-team-1")]["data"][VCLUSTER_CONFIG_KEY] = kubeconfig_expiring_in(900)
     for k in range(SPREAD.vcluster_look_passes):
-        assert resync(kube, sink, SPREAD, tick=TICK0 + timedelta(seconds=SPREAD.resync_tick_seconds * k)) == {}
+        resync(kube, FakeSink(), SPREAD, tick=TICK0 + PERIOD * k)
         assert REGISTRY.get_sample_value("kubeopera_tenant_kubeconfigs_expiring", {"within": "30d"}) == 3
+
+    stored = kube.secrets[(TENANT_NAMESPACE, f"tenant-{cloud_space('team-4')}-kubeconfig")]
+    stored["labels"] = {}  # the fleet's LIST does not find it: read by name
+    kube.calls.clear()
+    resync(kube, FakeSink(), SPREAD, tick=TICK0)
+    assert kube.calls["get_secret"] >= 1
+    assert REGISTRY.get_sample_value("kubeopera_tenant_kubeconfigs_expiring", {"within": "30d"}) == 3
