@@ -40,15 +40,15 @@ reads in a Tenant's namespace only what install grants it there (``shared.steps.
 StatefulSet and vcluster's Secret, by name; the StatefulSet only when the fleet's LIST did not
 find it); a Tenant made before that grant existed has none, and its reads are refused: resync
 sends it to install, which makes it (and changes nothing else of a settled Tenant), and looks
-again on the next tick. A Tenant
-being worked on at that moment may get a duplicate event, which the steps' idempotence and
-resourceVersion guards make harmless. A failure to send is temporary: the tick is re-delivered
-and the pass runs again.
+again on the next tick. A Tenant being worked on at that moment may get a duplicate event, which
+the steps' idempotence and resourceVersion guards make harmless. A failure to send is temporary:
+the tick is re-delivered and the pass runs again.
 
 Each pass also counts the Ready Tenants whose stored kubeconfig's client certificate expires
 within 30 days (``kubeopera_tenant_kubeconfigs_expiring``, with the seconds to the soonest; alert
-``KubeoperaTenantKubeconfigExpiring``), from the stored kubeconfigs it lists anyway (``shared.steps.certificates``),
-and logs a warning naming each of them: ``kubeopera-tenants rotate`` re-issues its certificates.
+``KubeoperaTenantKubeconfigExpiring``), from the stored kubeconfigs it lists anyway
+(``shared.steps.certificates``), and logs a warning naming each of them: ``kubeopera-tenants
+rotate`` re-issues its certificates.
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ def observed(tenant: Tenant) -> bool:
 class FleetReads:
     """What a pass reads of every Tenant at once, in a fixed number of LISTs (a page of
     ``PAGE`` at a time), so that a settled Tenant costs no request of its own on the API server
-    but its vcluster Secret's on a close look: the chart's namespace policies by namespace, the vCluster
-    StatefulSets by (namespace, name) (every StatefulSet carrying ``kubeopera.io/tenant-id``, as
+    but its vcluster Secret's on a close look: the chart's namespace policies by namespace, the
+    vCluster StatefulSets by (namespace, name) (every StatefulSet carrying ``kubeopera.io/tenant-id``, as
     install's values label it; the label on every release this project has made), and the stored
     kubeconfigs in the Tenants' namespace by name (``managed-by``, the spec's label), each kept
     as the digest of its ``kubeconfig`` key and its client certificate's expiry (``StoredCopy``),
@@ -372,7 +372,7 @@ def resync(
 ) -> dict[str, int]:
     """One pass; returns how many Tenants got each re-drive (for the log and the tests). With
     ``vcluster``, the API of each Ready Tenant looked at closely is asked through its stored
-    kubeconfig (``observe``); which those are follows ``tick``, the tick's scheduled time (``now``
+    kubeconfig (``observe``); which those are follows ``tick``, the tick event's time (``now``
     when not given; ``shared.model.cadence``)."""
     moment = now or utcnow()
     began = time.monotonic()

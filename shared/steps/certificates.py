@@ -2,10 +2,11 @@
 
 vcluster 0.21.2 exports a ``system:masters`` client certificate valid for 10 years and never
 rotates it (design.md section 5). resync lists every stored kubeconfig (the one kubeopera-api
-hands out) on every pass anyway; :func:`client_certificate_expiry` says when that one's certificate expires, and
-:func:`expiring` counts those that expire within a window, for the metric and alert that tell a
-platform team before a customer is locked out. The only module that imports ``cryptography``
-(loaded on first use, so the functions that never read a certificate never import it).
+hands out) on every pass anyway; :func:`client_certificate_expiry` says when that one's
+certificate expires, and :func:`expiring` counts those that expire within a window, for the
+metric and alert that tell a platform team before a customer is locked out. The only module that
+imports ``cryptography`` (loaded on first use, so the functions that never read a certificate
+never import it).
 """
 
 from __future__ import annotations

@@ -1238,6 +1238,14 @@ def cloud_space(name: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
 
 
+def ready_fleet(kube: FakeKube, helm: FakeHelm, size: int = 9) -> list[str]:
+    """``size`` Ready Tenants, as the chain leaves them; their names."""
+    names = [f"team-{i}" for i in range(size)]
+    for name in names:
+        ready(kube, helm, name, cloud_space(name))
+    return names
+
+
 def ticks_for(uid: str) -> tuple[datetime, datetime]:
     """A tick whose pass looks at ``uid`` closely, and one whose pass does not (SPREAD)."""
     ticks = [TICK0 + PERIOD * k for k in range(SPREAD.vcluster_look_passes)]
@@ -1249,9 +1257,7 @@ def ticks_for(uid: str) -> tuple[datetime, datetime]:
 def test_spread_close_looks_read_and_ask_each_ready_tenant_once_in_as_many_ticks(
     kube: FakeKube, helm: FakeHelm, sink: FakeSink
 ) -> None:
-    names = [f"team-{i}" for i in range(9)]
-    for name in names:
-        ready(kube, helm, name, cloud_space(name))
+    names = ready_fleet(kube, helm)
     api = FakeVClusterApi()
     asked: Counter[bytes] = Counter()
     for k in range(SPREAD.vcluster_look_passes):
@@ -1267,9 +1273,7 @@ def test_spread_close_looks_read_and_ask_each_ready_tenant_once_in_as_many_ticks
 
 
 def test_a_tick_delivered_again_later_looks_at_the_same_share(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
-    names = [f"team-{i}" for i in range(9)]
-    for name in names:
-        ready(kube, helm, name, cloud_space(name))
+    names = ready_fleet(kube, helm)
     api = FakeVClusterApi()
     resync(kube, sink, SPREAD, now=TICK0, vcluster=api, tick=TICK0)
     first = list(api.asked)
@@ -1282,9 +1286,7 @@ def test_a_tick_delivered_again_later_looks_at_the_same_share(kube: FakeKube, he
 def test_a_tick_over_http_looks_at_the_share_of_its_events_time(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
     """create_app passes the tick's ``time`` on: a tick sent at TICK0 and one sent a period later,
     delivered at the same moment, look at two different shares."""
-    names = [f"team-{i}" for i in range(9)]
-    for name in names:
-        ready(kube, helm, name, cloud_space(name))
+    names = ready_fleet(kube, helm)
     api = FakeVClusterApi()
     app = create_app(Runtime(settings=SPREAD, kube=kube, sink=sink, vcluster_api=api))
     headers, body = ping_event(PINGSOURCE)
