@@ -7,7 +7,8 @@ request), twice, the peak of Python objects during a whole pass and during its L
 Tenants, then the fleet's reads), what is left after it, and the pass time (slower than in the
 function: tracemalloc traces every allocation). A gunicorn worker keeps the memory it once held,
 so the peak is what its resident size follows. Then, at the product's page size, what a pass
-holds of the fleet at once, by the line that allocated it.
+holds at its fullest moment (the fleet's reads, its last page of Tenants, what it keeps of the
+pages before), by the line that allocated it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import time
 import tracemalloc
 from collections.abc import Sequence
+from typing import Any
 from unittest import mock
 
 from cloudevents.core.base import BaseCloudEvent
@@ -53,48 +55,49 @@ def _passes(kube: Kube, settings: Settings, api: VClusterApi) -> tuple[str, ...]
         gc.collect()
         left.append(tracemalloc.get_traced_memory()[0])
         tracemalloc.reset_peak()
-        tenants = kube.list_tenants(settings.tenant_namespace, "")
+        for page in kube.tenant_pages(settings.tenant_namespace):  # as the pass reads them
+            del page
         fleet = resync.FleetReads.read(kube, settings)
         lists.append(tracemalloc.get_traced_memory()[1])
-        del tenants, fleet
+        del fleet
     mib = [spread(x, scale=2**-20, digits=1) for x in (whole, lists, left)]
     return (*mib, spread(seconds, digits=2))
 
 
 def _held(kube: Kube, settings: Settings, api: VClusterApi, top: int = 12) -> Table:
-    """What a pass holds of the fleet at once, by the line that allocated it: the Tenants, the
-    fleet's reads and every observed Tenant's ``Drift`` (its probe done), alive together as they
-    are when ``resync.observe_all`` ends, the pass's fullest moment (the fleet's reads, which it
-    drops then, kept here; its ``Drift``s share their rollouts)."""
-    kept: list[resync.FleetReads] = []
-    read = resync.FleetReads.read
+    """What a pass holds at its fullest moment, by the line that allocated it: the fleet's reads,
+    its last page of Tenants with their ``Drift``s (the probes done), and what it keeps of the
+    pages before (``resync.Tally``), as that page's availability is about to be kept."""
+    fullest: list[tracemalloc.Snapshot] = []
+    keep = resync.keep_available
 
-    def keeping(kube: Kube, settings: Settings) -> resync.FleetReads:
-        kept.append(read(kube, settings))
-        return kept[-1]
+    def keeping(*args: Any, **kwargs: Any) -> dict[str, int]:
+        fullest.clear()
+        gc.collect()
+        fullest.append(tracemalloc.take_snapshot())
+        return keep(*args, **kwargs)
 
     gc.collect()
     before = tracemalloc.take_snapshot()
-    tenants = kube.list_tenants(settings.tenant_namespace, "")
-    with mock.patch.object(resync.FleetReads, "read", keeping):
-        drifts = resync.observe_all(kube, settings, tenants, api)
-    gc.collect()
-    held = tracemalloc.take_snapshot().compare_to(before, "lineno")
+    with mock.patch.object(resync, "keep_available", keeping):
+        resync.resync(kube, _Settled(), settings, vcluster=api)
+    ours = (tracemalloc.Filter(False, tracemalloc.__file__),)
+    held = fullest[-1].filter_traces(ours).compare_to(before.filter_traces(ours), "lineno")
     total = sum(d.size_diff for d in held)
+    fleet_size = sum(len(page) for page in kube.tenant_pages(settings.tenant_namespace))
     rows = [
         (f"{os.path.relpath(d.traceback[0].filename)}:{d.traceback[0].lineno}", f"{d.size_diff / 2**20:.2f}",
-         f"{d.count_diff}", f"{d.size_diff / max(1, len(tenants)):.0f}")
+         f"{d.count_diff}", f"{d.size_diff / max(1, fleet_size):.0f}")
         for d in sorted(held, key=lambda d: d.size_diff, reverse=True)[:top]
     ]  # fmt: skip
-    del tenants, drifts
-    kept.clear()
+    fullest.clear()
     return table(
-        "What a pass holds of the fleet at once, by the line that allocated it (the largest; tracemalloc)",
+        "What a pass holds at its fullest moment, by the line that allocated it (the largest; tracemalloc)",
         ("line", "MiB", "objects", "bytes per Tenant"),
         rows,
         (
-            f"{total / 2**20:.1f} MiB in all: the Tenants, FleetReads and the Drift of each observed Tenant, "
-            f"alive together, with PAGE = {calls.PAGE}.",
+            f"{total / 2**20:.1f} MiB in all: the fleet's reads, the last page of Tenants and their Drifts, and "
+            f"what the pass keeps of each Tenant before it (Tally), with PAGE = {calls.PAGE}.",
         ),
     )
 
@@ -138,7 +141,8 @@ def main(argv: Sequence[str]) -> list[Table]:
             rows,
             (
                 "tracemalloc in this process, which runs resync's pass as tenant-resync (its kubeconfig); the LISTs "
-                "alone: the Tenants, then FleetReads (StatefulSets, stored kubeconfigs, the chart's policies).",
+                "alone: the Tenants a page at a time, then FleetReads (StatefulSets, stored kubeconfigs, the chart's "
+                "policies).",
                 f"The product ships PAGE = {calls.PAGE} (shared/adapters/kube/calls.py).",
             ),
         ),

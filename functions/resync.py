@@ -3,9 +3,9 @@
 An event is a hint, and Knative forgets: the ApiServerSource misses what changes while it is
 down, an in-memory broker loses what it holds when it restarts, and a retry budget can run out
 (design.md section 4). The PingSource ``tenant-resync`` ticks (``dev.knative.sources.ping``);
-on each tick this function lists the Tenants in one call and, for each one that is not where it
-should be, re-drives the step it waits for by sending that step's event to the broker
-(``K_SINK``), exactly as the chain would have:
+on each tick this function lists the Tenants (one LIST, a page at a time) and, for each one
+that is not where it should be, re-drives the step it waits for by sending that step's event to
+the broker (``K_SINK``), exactly as the chain would have:
 
 ========================================================  =========================================
 the Tenant                                                re-drive
@@ -60,7 +60,8 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -238,9 +239,11 @@ def observe_all(
     tenants: Sequence[Tenant],
     vcluster: VClusterProbe | None = None,
     tick: datetime | None = None,
+    fleet: Callable[[], FleetReads] | None = None,
 ) -> dict[str, Drift]:
     """``observe`` of each Tenant that is ``observed``, ``OBSERVERS`` at a time, by key, after
-    the fleet's reads (``FleetReads``); closely those ``shared.model.cadence`` gives the tick at
+    the fleet's reads (``FleetReads``; ``fleet`` gives them when a pass reads them once for all
+    its pages, else they are read here); closely those ``shared.model.cadence`` gives the tick at
     ``tick`` (all of them by default). Each read runs in a copy of this context, so its span is a
     child of the tick's. A Tenant whose reads fail is left out (logged; the next pass looks
     again): one odd Tenant never stops the pass."""
@@ -248,7 +251,7 @@ def observe_all(
     if not wanted:
         return {}
     at, passes = tick or utcnow(), settings.vcluster_look_passes
-    fleet = FleetReads.read(kube, settings)
+    reads = fleet() if fleet is not None else FleetReads.read(kube, settings)
     with ThreadPoolExecutor(max_workers=min(OBSERVERS, len(wanted)), thread_name_prefix="resync-observe") as pool:
         futures = [
             pool.submit(
@@ -257,7 +260,7 @@ def observe_all(
                 kube,
                 settings,
                 t,
-                fleet,
+                reads,
                 vcluster,
                 cadence.closely(t.uid, at, settings.resync_tick_seconds, passes),
             )
@@ -373,54 +376,125 @@ def resync(
     """One pass; returns how many Tenants got each re-drive (for the log and the tests). With
     ``vcluster``, the API of each Ready Tenant looked at closely is asked through its stored
     kubeconfig (``observe``); which those are follows ``tick``, the tick event's time (``now``
-    when not given; ``shared.model.cadence``)."""
+    when not given; ``shared.model.cadence``).
+
+    The Tenants come a LIST page at a time, and each page is done before the next is asked for:
+    observed, re-driven, its availability kept, its place in the fleet upgrade taken
+    (``Wave``). What the pass keeps of a Tenant past its page is a few bytes (``Tally``; the
+    fleet's reads, ``FleetReads``), so its memory does not grow with the fleet."""
     moment = now or utcnow()
     began = time.monotonic()
-    counts: dict[str, int] = {}
-    tenants = kube.list_tenants(settings.tenant_namespace, "")
-    drifts = observe_all(kube, settings, tenants, vcluster, tick or moment)
-    for tenant in tenants:
-        action = decide(tenant, moment, settings, drifts.get(tenant.key))
-        if action is None:
-            continue
-        with logs.bind(tenant=tenant.key):
-            log.info("re-driving", extra={"redrive": action.name, "phase": str(tenant.status.phase)})
-            try:
-                sends = _redrive(kube, settings, tenant, action, moment, drifts.get(tenant.key))
-            except TenantError as err:  # this Tenant's write; the others' re-drives go on
-                log.warning("re-drive not done; the next pass tries again", extra={"error": str(err)})
-                counts["ERROR"] = counts.get("ERROR", 0) + 1
-                continue
-            for each in sends:
-                sink.send(each)  # the broker down is every Tenant's failure: the tick is re-delivered
-        counts[action.name] = counts.get(action.name, 0) + 1
-    counts.update(orphans(kube, sink, settings, tenants, moment))
-    counts.update(roll_out(kube, sink, settings, tenants))
-    counts.update(keep_available(kube, tenants, drifts))
-    count_phases(tenants)
-    count_expiring([d.expires for d in drifts.values() if d.expires is not None], moment)
-    for key, drift in sorted(drifts.items()):
-        if drift.expires is not None and certificates.expiring([drift.expires], moment):
-            log.warning(
-                "kubeconfig's client certificate expires soon; run kubeopera-tenants rotate",
-                extra={"tenant": key, "expires": rfc3339(drift.expires)},
-            )
+    counts: Counter[str] = Counter()
+    tally = Tally()
+    wave = Wave.begin(kube, settings)
+    fleet = functools.cache(lambda: FleetReads.read(kube, settings))  # at the first page with a Ready Tenant
+    for page in kube.tenant_pages(settings.tenant_namespace):
+        drifts = observe_all(kube, settings, page, vcluster, tick or moment, fleet)
+        counts.update(converge_all(kube, sink, settings, page, moment, drifts, wave))
+        counts.update(keep_available(kube, page, drifts, tally))
+        tally.add(page, drifts)
+        del page, drifts  # before the next page is asked for
+    counts.update(orphans(kube, sink, settings, tally.uids, moment))
+    counts.update(wave.finish(kube, sink))
+    tally.count(moment)
     seconds = time.monotonic() - began
     metrics.RESYNC_PASS.set(seconds)  # alert KubeoperaTenantResyncSlow: the Service cuts a pass at 600 s
-    closely = sum(1 for d in drifts.values() if d.looked_closely)
     log.info(
         "resync pass done",
-        extra={"tenants": len(tenants), "lookedClosely": closely, "redriven": counts, "seconds": round(seconds, 3)},
+        extra={
+            "tenants": len(tally.uids),
+            "lookedClosely": tally.looked_closely,
+            "redriven": dict(counts),
+            "seconds": round(seconds, 3),
+        },
     )
+    return dict(counts)
+
+
+def converge_all(
+    kube: Cluster,
+    sink: EventSender,
+    settings: Settings,
+    tenants: Sequence[Tenant],
+    now: datetime,
+    drifts: Mapping[str, Drift],
+    wave: Wave,
+) -> Counter[str]:
+    """``converge`` each Tenant of a page, and give it to the fleet upgrade's ``wave``."""
+    counts: Counter[str] = Counter()
+    for tenant in tenants:
+        counts.update(converge(kube, sink, settings, tenant, now, drifts.get(tenant.key)))
+        wave.see(kube, tenant)
     return counts
 
 
-def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str, Drift]) -> dict[str, int]:
+def converge(
+    kube: Cluster, sink: EventSender, settings: Settings, tenant: Tenant, now: datetime, drift: Drift | None
+) -> dict[str, int]:
+    """``decide`` for one Tenant and its re-drive (``_redrive``'s writes, then its events): the
+    re-drive's name, or ``ERROR`` when its write failed (logged; the next pass tries again: one
+    Tenant's error never stops the pass), or nothing. A failure to send raises: the broker down is
+    every Tenant's failure, and the tick is re-delivered."""
+    action = decide(tenant, now, settings, drift)
+    if action is None:
+        return {}
+    with logs.bind(tenant=tenant.key):
+        log.info("re-driving", extra={"redrive": action.name, "phase": str(tenant.status.phase)})
+        try:
+            sends = _redrive(kube, settings, tenant, action, now, drift)
+        except TenantError as err:
+            log.warning("re-drive not done; the next pass tries again", extra={"error": str(err)})
+            return {"ERROR": 1}
+        for each in sends:
+            sink.send(each)
+    return {action.name: 1}
+
+
+@dataclass
+class Tally:
+    """What a pass keeps of each Tenant once its page is done, for the fleet's gauges and the
+    orphans: its uid, its phase, how its vCluster was found, its certificate's expiry."""
+
+    uids: set[str] = field(default_factory=set)
+    phases: Counter[str] = field(default_factory=Counter)
+    available: Counter[str] = field(default_factory=Counter)  # "true" / "false", of observed Tenants
+    expiries: dict[str, datetime] = field(default_factory=dict)  # by Tenant key
+    looked_closely: int = 0
+
+    def add(self, tenants: Sequence[Tenant], drifts: Mapping[str, Drift]) -> None:
+        for tenant in tenants:
+            self.uids.add(tenant.uid)
+            self.phases[(tenant.status.phase or Phase.PENDING).value] += 1  # no status yet: Pending, as kubectl shows
+        for key, drift in drifts.items():
+            self.looked_closely += drift.looked_closely
+            if drift.expires is not None:
+                self.expiries[key] = drift.expires
+
+    def count(self, now: datetime) -> None:
+        """The gauges, as of this pass: ``kubeopera_tenants{phase}`` (every phase, zero included),
+        ``kubeopera_tenant_vclusters{available}``, the kubeconfigs expiring (``count_expiring``),
+        and a warning naming each of those."""
+        for phase in Phase:
+            metrics.TENANTS.labels(phase.value).set(self.phases[phase.value])
+        for state in ("true", "false"):
+            metrics.VCLUSTERS.labels(state).set(self.available[state])
+        count_expiring(list(self.expiries.values()), now)
+        for key, expires in sorted(self.expiries.items()):
+            if certificates.expiring([expires], now):
+                log.warning(
+                    "kubeconfig's client certificate expires soon; run kubeopera-tenants rotate",
+                    extra={"tenant": key, "expires": rfc3339(expires)},
+                )
+
+
+def keep_available(
+    kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str, Drift], tally: Tally | None = None
+) -> dict[str, int]:
     """``VClusterAvailable`` of each observed Tenant, as its StatefulSet and, where this pass asked
     it, its API say now (``shared.model.health``; ``health.unasked`` where it did not):
-    written, with an Event, only where it changed; ``kubeopera_tenant_vclusters{available}`` counted.
-    A Tenant whose write fails is left for the next pass (logged), as a re-drive is."""
-    by_state = {"true": 0, "false": 0}
+    written, with an Event, only where it changed; counted in ``tally.available`` (the gauge
+    ``kubeopera_tenant_vclusters{available}``). A Tenant whose write fails is left for the next
+    pass (logged), as a re-drive is."""
     changed = 0
     for tenant in tenants:
         drift = drifts.get(tenant.key)
@@ -436,66 +510,114 @@ def keep_available(kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str
                 written = availability.keep(kube, tenant, wanted)
             except TenantError as err:
                 log.warning("availability not written; the next pass tries again", extra={"error": str(err)})
-        by_state[wanted.status.lower()] += 1
+        if tally is not None:
+            tally.available[wanted.status.lower()] += 1
         changed += written
-    for state, count in by_state.items():
-        metrics.VCLUSTERS.labels(state).set(count)
     return {"AVAILABILITY": changed} if changed else {}
 
 
 _halted_reported: set[str] = set()  # the Tenants this process last set kubeopera_tenant_rollout_halted for
 
 
-def roll_out(kube: Cluster, sink: EventSender, settings: Settings, tenants: Sequence[Tenant]) -> dict[str, int]:
-    """The fleet upgrade's next wave (``shared.model.rollout``): each Ready Tenant's target is what
-    install computes (``rollout.target``, from the same settings); those behind it are upgraded by
-    install, which takes a slot for each. This pass sends install for the Tenants holding a slot
-    that are still Ready behind it (their event may have been lost), and for as many waiting
-    Tenants as there are free slots, by name. A slot whose Tenant is Failed halts the rollout
-    (recorded once, with an Event on it): nothing more is sent until ``rollout resume``. Waiting
-    Tenants not sent now are marked ``status.rollout: Waiting`` (one write, when it changes; install
-    clears it). ``kubeopera_tenant_rollout{state}`` and ``..._rollout_halted{tenant}`` are set."""
-    namespace = settings.tenant_namespace
-    ours = [t for t in tenants if t.namespace == namespace]
-    by_name = {t.name: t for t in ours}
-    behind = {t.key: _behind(t, settings) for t in ours}
-    if any(behind.values()) or _rollout_recorded(kube, namespace, settings.rollout_max_parallel):
-        found = waves.read(kube, namespace, settings.rollout_max_parallel, by_name.get)
-    else:  # a settled fleet: nothing more to read
-        found = waves.Slots((), None)
-    if found.halted is None and waves.record_halt(kube, found) is not None:
-        found = waves.read(kube, namespace, settings.rollout_max_parallel, by_name.get)
-    states = waves.states(ours, behind, found)
-    sends: list[Tenant] = []
-    if found.halted is None and rollout.halted_by(found.slots) is None:
-        free = sum(1 for _, slot, holder in found.slots if slot is None or rollout.slot_free(slot, holder))
-        holding = [t for t in ours if states[t.key] == rollout.State.IN_PROGRESS and behind[t.key]]
-        waiting = sorted((t for t in ours if states[t.key] == rollout.State.WAITING), key=lambda t: t.name)
-        sends = holding + waiting[:free]
-    for tenant in sends:
-        sink.send(events.make(event_types.INSTALL, NAME, tenant.ref))
-    marked = 0
-    sent = {t.key for t in sends}
-    for tenant in ours:
-        mark = rollout.waiting_mark(tenant, behind[tenant.key]) if tenant.key not in sent else None
-        if mark is None:  # right as it is, or install's write for the one sent now clears it
-            continue
+def roll_out(kube: Cluster, sink: EventSender, settings: Settings, tenants: Iterable[Tenant]) -> dict[str, int]:
+    """The fleet upgrade's next wave over ``tenants`` (``Wave``, which a pass feeds a page at a time)."""
+    wave = Wave.begin(kube, settings)
+    for tenant in tenants:
+        wave.see(kube, tenant)
+    return wave.finish(kube, sink)
+
+
+@dataclass
+class Wave:
+    """The fleet upgrade's next wave (``shared.model.rollout``), a Tenant at a time: each Ready
+    Tenant's target is what install computes (``rollout.target``, from the same settings); those
+    behind it are upgraded by install, which takes a slot for each. The pass sends install for the
+    Tenants holding a slot that are still Ready behind it (their event may have been lost), and for
+    as many waiting Tenants as there are free slots, by name. A slot whose Tenant is Failed halts
+    the rollout (recorded once, with an Event on it): nothing more is sent until ``rollout
+    resume``. Waiting Tenants not sent now are marked ``status.rollout: Waiting`` (one write, when
+    it changes; install clears it). ``kubeopera_tenant_rollout{state}`` and
+    ``..._rollout_halted{tenant}`` are set.
+
+    ``begin`` reads the slots' Leases and the halt record; ``see`` takes each Tenant in turn,
+    writing the marks that cannot depend on later Tenants and keeping only the few that may be
+    sent (those holding a slot, and the first waiting ones by name, no more than there are
+    slots), and the slots' own Tenants; ``finish`` decides what the slots allow and sends. A
+    Tenant's state needs its slot and the halt record only (``rollout.state``), so the
+    states counted before the halt is recorded are the ones after."""
+
+    settings: Settings
+    found: waves.Slots  # as read at begin, without their Tenants
+    states: Counter[rollout.State] = field(default_factory=Counter)
+    holders: dict[str, Tenant] = field(default_factory=dict)  # the slots' Tenants, by name
+    holding: list[Tenant] = field(default_factory=list)  # in progress and still behind: sent again
+    waiting: list[Tenant] = field(default_factory=list)  # the first waiting by name, one a slot at most
+    marked: int = 0
+
+    @classmethod
+    def begin(cls, kube: Cluster, settings: Settings) -> Wave:
+        nobody: waves.Lookup = lambda _name: None  # noqa: E731 - the slots' Tenants come with the pages
+        return cls(settings, waves.read(kube, settings.tenant_namespace, settings.rollout_max_parallel, nobody))
+
+    def see(self, kube: Cluster, tenant: Tenant) -> None:
+        if tenant.namespace != self.settings.tenant_namespace:
+            return
+        if any(slot is not None and slot.tenant == tenant.name for _, slot, _ in self.found.slots):
+            self.holders[tenant.name] = tenant
+        behind = _behind(tenant, self.settings)
+        state = rollout.state(tenant, behind, self.found.held_by(tenant), self.found.halted)
+        self.states[state] += 1
+        if state == rollout.State.IN_PROGRESS and behind:
+            self.holding.append(tenant)  # one a slot
+            return
+        if state == rollout.State.WAITING:
+            self.waiting = sorted([*self.waiting, tenant], key=lambda t: t.name)
+            if len(self.waiting) <= len(self.found.slots):
+                return
+            tenant = self.waiting.pop()  # past the first few by name: not sent on this pass
+        self._mark(kube, tenant, behind)
+
+    def finish(self, kube: Cluster, sink: EventSender) -> dict[str, int]:
+        found = waves.Slots(
+            tuple((name, slot, self.holders.get(slot.tenant) if slot else None) for name, slot, _ in self.found.slots),
+            self.found.halted,
+        )
+        if found.halted is None and waves.record_halt(kube, found) is not None:
+            found = waves.read(
+                kube, self.settings.tenant_namespace, self.settings.rollout_max_parallel, self.holders.get
+            )
+        waiting = self.waiting
+        sends: list[Tenant] = []
+        if found.halted is None and rollout.halted_by(found.slots) is None:
+            free = sum(1 for _, slot, holder in found.slots if slot is None or rollout.slot_free(slot, holder))
+            sends = self.holding + waiting[:free]
+        for tenant in sends:
+            sink.send(events.make(event_types.INSTALL, NAME, tenant.ref))
+        sent = {t.key for t in sends}
+        for tenant in self.holding + waiting:
+            if tenant.key not in sent:
+                self._mark(kube, tenant, True)
+        _count_rollout(self.states, found.halted)
+        log.info(
+            "rollout pass",
+            extra={
+                "states": {s.value: self.states[s] for s in rollout.State},
+                "halted": found.halted.tenant if found.halted else None,
+                "sent": sorted(sent),
+            },
+        )
+        return {k: v for k, v in (("ROLLOUT", len(sends)), ("ROLLOUT_MARK", self.marked)) if v}
+
+    def _mark(self, kube: Cluster, tenant: Tenant, behind: bool) -> None:
+        mark = rollout.waiting_mark(tenant, behind)
+        if mark is None:  # right as it is
+            return
         with logs.bind(tenant=tenant.key):
             try:
                 write_status(kube, tenant, StatusUpdate(fields={"rollout": mark}))
-                marked += 1
+                self.marked += 1
             except TenantError as err:
                 log.warning("rollout mark not written; the next pass tries again", extra={"error": str(err)})
-    _count_rollout(states, found.halted)
-    log.info(
-        "rollout pass",
-        extra={
-            "states": {s.value: sum(1 for v in states.values() if v == s) for s in rollout.State},
-            "halted": found.halted.tenant if found.halted else None,
-            "sent": sorted(sent),
-        },
-    )
-    return {k: v for k, v in (("ROLLOUT", len(sends)), ("ROLLOUT_MARK", marked)) if v}
 
 
 def _behind(tenant: Tenant, settings: Settings) -> bool:
@@ -510,15 +632,9 @@ def _behind(tenant: Tenant, settings: Settings) -> bool:
         return False
 
 
-def _rollout_recorded(kube: Cluster, namespace: str, slots: int) -> bool:
-    """Whether a halt record or a slot exists (a settled fleet with none: no more reads)."""
-    names = [rollout.HALT_NAME, *(rollout.slot_name(i) for i in range(slots))]
-    return any(kube.get_claim(namespace, name) is not None for name in names)
-
-
-def _count_rollout(states: Mapping[str, rollout.State], halted: rollout.Slot | None) -> None:
+def _count_rollout(states: Mapping[rollout.State, int], halted: rollout.Slot | None) -> None:
     for state in rollout.State:
-        metrics.ROLLOUT.labels(state.name.lower()).set(sum(1 for s in states.values() if s == state))
+        metrics.ROLLOUT.labels(state.name.lower()).set(states.get(state, 0))
     now = {halted.tenant} if halted is not None else set()
     for tenant in _halted_reported - now:
         metrics.ROLLOUT_HALTED.labels(tenant).set(0)
@@ -529,15 +645,15 @@ def _count_rollout(states: Mapping[str, rollout.State], halted: rollout.Slot | N
 
 
 def orphans(
-    kube: Cluster, sink: EventSender, settings: Settings, tenants: Sequence[Tenant], now: datetime
+    kube: Cluster, sink: EventSender, settings: Settings, live: Collection[str], now: datetime
 ) -> dict[str, int]:
-    """The vcluster-* namespaces whose owner Tenant no longer exists (``ownership.orphaned_by``:
-    deleted without its cleanup, its finalizer removed by hand): each older than
-    ``ORPHAN_GRACE_SECONDS`` is sent to cleanup (``io.kubeopera.tenant.cleanup`` for the gone
-    owner, with ``orphan``: the namespace), which removes it under the namespace's work lock. The
-    grace covers a Tenant made after this pass listed the Tenants, whose namespace is then new;
-    one LIST of namespaces, by the owner label, a pass."""
-    live = {t.uid for t in tenants}
+    """The vcluster-* namespaces whose owner Tenant no longer exists (``ownership.orphaned_by``;
+    ``live``: the uids of the Tenants this pass listed): deleted without its cleanup, its
+    finalizer removed by hand. Each older than ``ORPHAN_GRACE_SECONDS`` is sent to cleanup
+    (``io.kubeopera.tenant.cleanup`` for the gone owner, with ``orphan``: the namespace), which
+    removes it under the namespace's work lock. The grace covers a Tenant made after this pass
+    listed the Tenants, whose namespace is then new; one LIST of namespaces, by the owner label, a
+    pass."""
     found = sent = 0
     for namespace in kube.list_owned_namespaces():
         owner = orphaned_by(namespace.labels, settings.tenant_namespace, live)
@@ -557,16 +673,6 @@ def orphans(
         sent += 1
     metrics.ORPHANED_NAMESPACES.set(found)
     return {"ORPHAN": sent} if sent else {}
-
-
-def count_phases(tenants: list[Tenant]) -> None:
-    """``kubeopera_tenants{phase}``: every phase, zero included, as of this pass (a Tenant with no
-    status yet counts as Pending, as ``kubectl get`` shows it)."""
-    by_phase = dict.fromkeys((p.value for p in Phase), 0)
-    for tenant in tenants:
-        by_phase[(tenant.status.phase or Phase.PENDING).value] += 1
-    for phase, count in by_phase.items():
-        metrics.TENANTS.labels(phase).set(count)
 
 
 def count_expiring(expiries: list[datetime], now: datetime) -> None:

@@ -191,6 +191,8 @@ class FakeKube:
         # Each Tenant as a write by a function left it: what the ApiServerSource sends as an update.
         self.echoes: list[dict[str, Any]] = []
         self.token_reviews: dict[str, Review] = {}  # token -> what the API server says of it
+        self.tenant_page = 100  # Tenants a page of tenant_pages holds (PAGE, as the adapter's LIST)
+        self.tenant_pages_read = 0  # pages tenant_pages has handed out (one LIST's requests)
         self._version = 100
 
     # set-up, as a person or the API server ----------------------------------------------------
@@ -303,6 +305,16 @@ class FakeKube:
         _tally(self.calls, "get_tenant")
         obj = self.tenants.get((namespace, name))
         return None if obj is None else Tenant.from_object(copy.deepcopy(obj))
+
+    def tenant_pages(self, namespace: str) -> Iterator[list[Tenant]]:
+        """One LIST, ``tenant_page`` Tenants a page in the API server's order (by name), of one
+        snapshot (the first page's, as a continue token keeps it), each page made when the caller
+        turns to it."""
+        _tally(self.calls, "tenant_pages")
+        snapshot = [copy.deepcopy(obj) for (ns, _name), obj in sorted(self.tenants.items()) if ns == namespace]
+        for start in range(0, len(snapshot), self.tenant_page):
+            self.tenant_pages_read += 1
+            yield [Tenant.from_object(obj) for obj in snapshot[start : start + self.tenant_page]]
 
     def list_tenants(self, namespace: str, field_selector: str) -> list[Tenant]:
         _tally(self.calls, "list_tenants")

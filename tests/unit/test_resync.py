@@ -10,12 +10,14 @@ chain leaves behind. No cluster, helm or Go tool is involved.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
 import uuid
+import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -383,7 +385,7 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
     assert kube.calls == Counter(
         {
             "get_claim": 6,
-            "list_tenants": 2,
+            "tenant_pages": 2,
             "list_policy_objects": 2,
             "list_rollouts": 2,
             "iter_secrets": 2,
@@ -510,7 +512,7 @@ def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them
 
     assert sink.sent == [] and kube.journal == []
     # none of theirs is read; the rollout's three Leases are
-    assert kube.calls == Counter({"list_tenants": 1, "list_owned_namespaces": 1, "get_claim": 3})
+    assert kube.calls == Counter({"tenant_pages": 1, "list_owned_namespaces": 1, "get_claim": 3})
 
 
 class GrantedReadsOnly(FakeKube):
@@ -689,7 +691,7 @@ def test_one_pass_redrives_each_waiting_tenant_once_in_one_list(kube: FakeKube, 
         (f"{TENANT_NAMESPACE}/carol", event_types.KUBECONFIG_STORED),
         (f"{TENANT_NAMESPACE}/dave", event_types.INSTALL),
     ]
-    assert kube.calls["list_tenants"] == 1 and kube.calls["get_tenant"] == 0
+    assert kube.calls["tenant_pages"] == 1 and kube.calls["get_tenant"] == 0
 
 
 def test_a_provisioning_tenant_younger_than_a_poll_gets_nothing(kube: FakeKube, helm: FakeHelm, sink: FakeSink) -> None:
@@ -1365,3 +1367,64 @@ def test_every_pass_counts_every_expiring_kubeconfig_whichever_it_looks_at_close
     resync(kube, FakeSink(), SPREAD, tick=TICK0)
     assert kube.calls["get_secret"] >= 1
     assert REGISTRY.get_sample_value("kubeopera_tenant_kubeconfigs_expiring", {"within": "30d"}) == 3
+
+
+# a page at a time ---------------------------------------------------------------------------------
+
+
+def test_a_pass_lets_go_of_each_page_of_tenants_before_it_reads_the_next(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    ready_fleet(kube, helm, size=6)
+    kube.tenant_page = 2
+    pages = kube.tenant_pages
+    seen: list[weakref.ref[Tenant]] = []
+    alive_at_each_page: list[int] = []
+
+    def watched(namespace: str) -> Iterator[list[Tenant]]:
+        for page in pages(namespace):
+            gc.collect()
+            alive_at_each_page.append(sum(1 for each in seen if each() is not None))
+            seen.extend(weakref.ref(t) for t in page)
+            yield page
+
+    kube.tenant_pages = watched  # type: ignore[method-assign]
+    kube.calls.clear()
+
+    assert resync(kube, sink, SETTINGS, vcluster=FakeVClusterApi()) == {}
+
+    assert alive_at_each_page == [0, 0, 0], "no Tenant of an earlier page is held when the next is read"
+    assert kube.tenant_pages_read == 3
+    # the fleet's LISTs once for all pages; per Ready Tenant vcluster's Secret, as on one page
+    assert kube.calls == Counter(
+        {
+            "tenant_pages": 1,
+            "list_policy_objects": 1,
+            "list_rollouts": 1,
+            "iter_secrets": 1,
+            "read_secret_key": 6,
+            "list_owned_namespaces": 1,
+            "get_claim": 3,
+        }
+    )
+
+
+def test_drift_on_any_page_is_re_driven_and_the_gauges_count_every_page(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink
+) -> None:
+    names = ready_fleet(kube, helm, size=5)
+    del kube.rollouts[(f"vcluster-{names[0]}", f"vc-{names[0]}")]  # first page: its StatefulSet gone
+    del kube.secrets[(TENANT_NAMESPACE, f"tenant-{cloud_space(names[4])}-kubeconfig")]  # last page
+    kube.set_phase(TENANT_NAMESPACE, names[2], "Failed")  # a middle page: waits for a person
+    kube.tenant_page = 2
+
+    assert resync(kube, sink, SETTINGS) == {"REINSTALL": 1, "STORE": 1}
+
+    assert sorted((e.get_subject(), e.get_type()) for e in sink.sent) == [
+        (f"{TENANT_NAMESPACE}/{names[0]}", event_types.INSTALL),
+        (f"{TENANT_NAMESPACE}/{names[4]}", event_types.READY),
+    ]
+    assert kube.tenant_pages_read == 3
+    phases = {p: REGISTRY.get_sample_value("kubeopera_tenants", {"phase": p}) for p in ("Ready", "Failed")}
+    assert phases == {"Ready": 4, "Failed": 1}, "as listed, every page"
+    assert (vclusters_counted("true"), vclusters_counted("false")) == (3, 0), "those with a StatefulSet, observed"

@@ -393,6 +393,47 @@ def test_resync_records_a_halt_and_sends_nothing_while_halted() -> None:
     assert kube.event_reasons().count("RolloutHalted") == 1
 
 
+def test_resync_sends_the_first_waiting_by_name_in_whatever_order_the_tenants_come() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 5)
+    sink = FakeSink()
+
+    last_first = reversed(kube.list_tenants(TENANT_NAMESPACE, ""))
+    assert roll_out(kube, sink, AFTER, last_first) == {"ROLLOUT": 2, "ROLLOUT_MARK": 3}
+    assert sorted(e.get_data()["name"] for e in sink.sent) == ["ten0", "ten1"]  # type: ignore[index]
+    assert [live(kube, i).status.rollout for i in range(5)] == ["", "", "Waiting", "Waiting", "Waiting"]
+
+
+def test_resync_counts_a_slot_held_by_a_tenant_it_sees_last_as_taken() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 4)
+    assert deliver(kube, helm, 0)  # takes rollout-slot-0; upgrading until it is Ready again
+    sink = FakeSink()
+
+    assert roll_out(kube, sink, AFTER, reversed(kube.list_tenants(TENANT_NAMESPACE, ""))) == {
+        "ROLLOUT": 1,
+        "ROLLOUT_MARK": 2,
+    }
+    assert [e.get_data()["name"] for e in sink.sent] == ["ten1"], "one slot free: the first waiting"  # type: ignore[index]
+    assert [live(kube, i).status.rollout for i in (2, 3)] == ["Waiting", "Waiting"]
+
+
+def test_resync_records_a_halt_whose_tenant_it_sees_last() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 3)
+    assert deliver(kube, helm, 0)
+    mark_failed(kube, live(kube, 0).ref, "vCluster not ready 600s after provisioning began")
+    sink = FakeSink()
+
+    counts = roll_out(kube, sink, AFTER, reversed(kube.list_tenants(TENANT_NAMESPACE, "")))
+    assert sink.sent == [] and "ROLLOUT" not in counts
+    assert held(kube)["rollout-halted"] == "ten0"
+    assert [live(kube, i).status.rollout for i in (1, 2)] == ["Waiting", "Waiting"], "halted: all wait"
+
+
 def test_a_settled_fleet_pass_writes_nothing() -> None:
     kube = FakeKube()
     helm = FakeHelm(kube)

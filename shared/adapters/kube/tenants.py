@@ -8,10 +8,10 @@ import functools
 import hashlib
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from shared.adapters.kube.calls import Apis, call, found_or_none, paged
+from shared.adapters.kube.calls import Apis, call, found_or_none, paged, pages
 from shared.adapters.kube.client import ApiException
 from shared.errors import Conflict, PermanentError, TemporaryError, TenantGone
 from shared.model.tenant import (
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 
 class Tenants(Apis):
     """Tenants and their Events."""
-
 
     def get_tenant(self, namespace: str, name: str) -> Tenant | None:
         obj = found_or_none(
@@ -57,6 +56,17 @@ class Tenants(Apis):
             ),
         )
         return [Tenant.from_object(item) for item in items]
+
+    def tenant_pages(self, namespace: str) -> Iterator[list[Tenant]]:
+        """Every Tenant in ``namespace``, a page of ``PAGE`` at a time (one LIST, one snapshot),
+        each page asked for when the caller turns to it: a caller that keeps a little of each
+        Tenant holds one page of them, however large the fleet (resync)."""
+        fetch = functools.partial(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)
+        for page in pages("list tenants", fetch):
+            tenants = [Tenant.from_object(item) for item in page.get("items") or ()]
+            del page  # the Tenants are all this keeps of it
+            yield tenants
+            del tenants
 
     def list_tenant_objects(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace:
@@ -96,7 +106,6 @@ class Tenants(Apis):
                 raise TenantGone(f"tenant {tenant.key} was deleted meanwhile") from None
             raise
         return Tenant.from_object(obj)
-
 
     def record_event(self, tenant: Tenant, event: TenantEvent) -> None:
         """A Kubernetes Event on the Tenant (``kubectl describe kt`` shows it). The same reason
@@ -141,4 +150,3 @@ class Tenants(Apis):
             call(f"patch event {name}", lambda: self._core.patch_namespaced_event(name, tenant.namespace, patch))
         except (TemporaryError, PermanentError, ApiException) as err:
             log.warning("could not record a Kubernetes Event", extra={"reason": event.reason, "error": str(err)})
-
