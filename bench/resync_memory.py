@@ -18,6 +18,7 @@ import gc
 import os
 import time
 import tracemalloc
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 from unittest import mock
@@ -67,19 +68,19 @@ def _passes(kube: Kube, settings: Settings, api: VClusterApi) -> tuple[str, ...]
 def _held(kube: Kube, settings: Settings, api: VClusterApi, top: int = 12) -> Table:
     """What a pass holds at its fullest moment, by the line that allocated it: the fleet's reads,
     its last page of Tenants with their ``Drift``s (the probes done), and what it keeps of the
-    pages before (``resync.Tally``), as that page's availability is about to be kept."""
+    pages before (``resync.Tally``), as the last page is about to be re-driven."""
     fullest: list[tracemalloc.Snapshot] = []
-    keep = resync.keep_available
+    converge = resync.converge_all
 
-    def keeping(*args: Any, **kwargs: Any) -> dict[str, int]:
+    def converging(*args: Any, **kwargs: Any) -> Counter[str]:
         fullest.clear()
         gc.collect()
         fullest.append(tracemalloc.take_snapshot())
-        return keep(*args, **kwargs)
+        return converge(*args, **kwargs)
 
     gc.collect()
     before = tracemalloc.take_snapshot()
-    with mock.patch.object(resync, "keep_available", keeping):
+    with mock.patch.object(resync, "converge_all", converging):
         resync.resync(kube, _Settled(), settings, vcluster=api)
     ours = (tracemalloc.Filter(False, tracemalloc.__file__),)
     held = fullest[-1].filter_traces(ours).compare_to(before.filter_traces(ours), "lineno")

@@ -390,8 +390,7 @@ def resync(
     fleet = functools.cache(lambda: FleetReads.read(kube, settings))  # at the first page with a Ready Tenant
     for page in kube.tenant_pages(settings.tenant_namespace):
         drifts = observe_all(kube, settings, page, vcluster, tick or moment, fleet)
-        counts.update(converge_all(kube, sink, settings, page, moment, drifts, wave))
-        counts.update(keep_available(kube, page, drifts, tally))
+        counts.update(converge_all(kube, sink, settings, page, moment, drifts, wave, tally))
         tally.add(page, drifts)
         del page, drifts  # before the next page is asked for
     counts.update(orphans(kube, sink, settings, tally.uids, moment))
@@ -419,12 +418,21 @@ def converge_all(
     now: datetime,
     drifts: Mapping[str, Drift],
     wave: Wave,
+    tally: Tally,
 ) -> Counter[str]:
-    """``converge`` each Tenant of a page, and give it to the fleet upgrade's ``wave``."""
+    """A page of Tenants, one at a time: its re-drive (``converge``), its ``VClusterAvailable``
+    (``keep_available``), then its part in the fleet upgrade (``wave``), from the Tenant as that
+    write left it, so that a Tenant's availability and its rollout mark both go in one pass."""
     counts: Counter[str] = Counter()
     for tenant in tenants:
-        counts.update(converge(kube, sink, settings, tenant, now, drifts.get(tenant.key)))
-        wave.see(kube, tenant)
+        drift = drifts.get(tenant.key)
+        counts.update(converge(kube, sink, settings, tenant, now, drift))
+        written, available = keep_available(kube, tenant, drift)
+        if available is not None:
+            tally.available[available] += 1
+        if written is not None:
+            counts["AVAILABILITY"] += 1
+        wave.see(kube, written or tenant)
     return counts
 
 
@@ -487,33 +495,25 @@ class Tally:
                 )
 
 
-def keep_available(
-    kube: Cluster, tenants: Sequence[Tenant], drifts: Mapping[str, Drift], tally: Tally | None = None
-) -> dict[str, int]:
-    """``VClusterAvailable`` of each observed Tenant, as its StatefulSet and, where this pass asked
-    it, its API say now (``shared.model.health``; ``health.unasked`` where it did not):
-    written, with an Event, only where it changed; counted in ``tally.available`` (the gauge
-    ``kubeopera_tenant_vclusters{available}``). A Tenant whose write fails is left for the next
-    pass (logged), as a re-drive is."""
-    changed = 0
-    for tenant in tenants:
-        drift = drifts.get(tenant.key)
-        if drift is None or drift.rollout is None:
-            continue
-        if drift.api_judged:
-            wanted = health.availability(drift.rollout, tenant.generation, drift.api_missing)
-        else:
-            wanted = health.unasked(drift.rollout, tenant)
-        written = False
-        with logs.bind(tenant=tenant.key):
-            try:
-                written = availability.keep(kube, tenant, wanted)
-            except TenantError as err:
-                log.warning("availability not written; the next pass tries again", extra={"error": str(err)})
-        if tally is not None:
-            tally.available[wanted.status.lower()] += 1
-        changed += written
-    return {"AVAILABILITY": changed} if changed else {}
+def keep_available(kube: Cluster, tenant: Tenant, drift: Drift | None) -> tuple[Tenant | None, str | None]:
+    """``VClusterAvailable`` of an observed Tenant, as its StatefulSet and, where this pass asked
+    it, its API say now (``shared.model.health``; ``health.unasked`` where it did not): written,
+    with an Event, only where it changed. Returns the Tenant as written (None: not written) and
+    the availability to count in ``kubeopera_tenant_vclusters{available}`` ("true", "false"; None:
+    not observed). A Tenant whose write fails is left for the next pass (logged), as a re-drive is."""
+    if drift is None or drift.rollout is None:
+        return None, None
+    if drift.api_judged:
+        wanted = health.availability(drift.rollout, tenant.generation, drift.api_missing)
+    else:
+        wanted = health.unasked(drift.rollout, tenant)
+    written = None
+    with logs.bind(tenant=tenant.key):
+        try:
+            written = availability.keep(kube, tenant, wanted)
+        except TenantError as err:
+            log.warning("availability not written; the next pass tries again", extra={"error": str(err)})
+    return written, wanted.status.lower()
 
 
 _halted_reported: set[str] = set()  # the Tenants this process last set kubeopera_tenant_rollout_halted for

@@ -42,7 +42,12 @@ class Conflict(TemporaryError):
 
 class WatchExpired(TemporaryError):
     """A watch's resourceVersion is older than the history the API server keeps (410 Gone): list
-    again, and watch from the list's version."""
+    again, and watch from the list's version. For a LIST's expired continue token the API server
+    adds a token to go on with from its latest state (``continue_token``; an inconsistent list)."""
+
+    def __init__(self, message: str, *, continue_token: str | None = None) -> None:
+        super().__init__(message)
+        self.continue_token = continue_token
 
 
 class NamespaceTerminating(TemporaryError):

@@ -17,13 +17,14 @@ from shared.steps.reconcile import TenantStore, write_status
 log = logging.getLogger(__name__)
 
 
-def keep(kube: TenantStore, tenant: Tenant, wanted: Condition) -> bool:
+def keep(kube: TenantStore, tenant: Tenant, wanted: Condition) -> Tenant | None:
     """Write ``wanted`` (``health.availability`` of what was read) when it differs from what the
-    Tenant says, with its Event; whether it was written. A failed write raises the adapter's
-    ``TenantError``: the caller decides whether that is for the next pass."""
+    Tenant says, with its Event; the Tenant as written (a later write in the same turn goes from
+    it), None when nothing was. A failed write raises the adapter's ``TenantError``: the caller
+    decides whether that is for the next pass."""
     if not health.changed(tenant, wanted):
-        return False
-    write_status(kube, tenant, StatusUpdate(conditions=(wanted,)))
+        return None
+    written = write_status(kube, tenant, StatusUpdate(conditions=(wanted,)))
     kube.record_event(tenant, health.event_for(wanted))
     log.info("vCluster availability changed", extra={"available": wanted.status, "reason": wanted.reason})
-    return True
+    return written

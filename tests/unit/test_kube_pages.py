@@ -4,6 +4,7 @@ page of the fleet's largest objects (StatefulSets), not two."""
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import pytest
 
 from shared.adapters.kube import calls
+from shared.adapters.kube.client import ApiException
+from shared.errors import WatchExpired
 
 BODIES: list[dict[str, Any]] = [
     {"metadata": {"continue": "t1", "resourceVersion": "7"}, "items": [{"n": 1}, {"n": 2}]},
@@ -72,3 +75,54 @@ def test_one_page_is_held_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
         versions.append(page["metadata"].get("resourceVersion"))
         del page
     assert versions == ["7", None, None] and held == []
+
+
+def expired(token: str | None) -> ApiException:
+    """The 410 the API server answers for a continue token past etcd's compaction, as it writes it
+    (k8s.io/apiserver storage/etcd3 ``handleCompactedErrorForPaging``: a Status carrying a token
+    for the rest of the list from the latest state); ``token`` None: one that carries none."""
+    err = ApiException(status=410, reason="Gone")
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}
+    err.body = json.dumps(status | {"metadata": {"continue": token} if token else {}})
+    return err
+
+
+def expiring(monkeypatch: pytest.MonkeyPatch, token: str | None) -> tuple[Fetch, list[str | None]]:
+    """BODIES again, but the request for page 2 with ``t1`` finds the token expired (``expired``);
+    the tokens sent, in order."""
+    fetch, _, _ = paging(monkeypatch)
+    sent: list[str | None] = []
+
+    def fetch_or_expire(**kwargs: Any) -> Page:
+        sent.append(kwargs["_continue"])
+        if kwargs["_continue"] == "t1":
+            raise expired(token)
+        if kwargs["_continue"] == "latest-t1":
+            kwargs["_continue"] = "t1"  # the rest, as the API server serves it from its latest state
+        return fetch(**kwargs)
+
+    return fetch_or_expire, sent
+
+
+def test_an_expired_continue_token_is_raised_unless_the_caller_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    fetch, asked = expiring(monkeypatch, "latest-t1")
+    with pytest.raises(WatchExpired) as raised:
+        list(calls.paged("list things", fetch))
+    assert raised.value.continue_token == "latest-t1" and asked == [None, "t1"]
+
+
+def test_a_caller_that_goes_on_gets_the_rest_with_the_api_servers_token(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fetch, asked = expiring(monkeypatch, "latest-t1")
+    items = [i["n"] for page in calls.pages("list things", fetch, go_on_if_expired=True) for i in page["items"]]
+    assert items == [1, 2, 3, 4, 5], "nothing lost, nothing twice"
+    assert asked == [None, "t1", "latest-t1", "t2"]
+    assert "continue token expired" in caplog.text
+
+
+def test_a_410_without_a_token_is_raised_even_to_a_caller_that_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    fetch, _ = expiring(monkeypatch, None)
+    with pytest.raises(WatchExpired) as raised:
+        list(calls.pages("list things", fetch, go_on_if_expired=True))
+    assert raised.value.continue_token is None

@@ -128,3 +128,21 @@ def test_an_orphan_outside_vcluster_namespaces_is_refused(
     event = events.make(event_types.CLEANUP, "resync", gone.ref, orphan="kube-system")
     with pytest.raises(BadEvent, match="vcluster-"):
         cleanup.handle(kube, helm, api, SETTINGS, event, gone.ref)
+
+
+def test_tenants_on_every_page_of_the_pass_own_their_namespaces(kube: FakeKube) -> None:
+    living = [
+        kube.add_tenant(tenant_object(name, f"7c9e6679-7425-40de-944b-e07fc1f90ae{i}", finalizers=[FINALIZER]))
+        for i, name in enumerate(("alice", "carol", "erin"))
+    ]
+    for obj in living:
+        owner = Tenant.from_object(obj)
+        kube.add_namespace(f"vcluster-{owner.name}", namespace_labels(owner))
+    left_behind(kube)
+    kube.tenant_page = 1  # a pass of three pages
+    sink = FakeSink()
+
+    assert resync(kube, sink, SETTINGS, now=AFTER_GRACE)["ORPHAN"] == 1
+    (orphan,) = [e for e in sink.sent if e.get_type() == event_types.CLEANUP]
+    assert orphan.get_data()["orphan"] == "vcluster-bob"  # type: ignore[index]
+    assert orphans_found() == 1

@@ -1065,8 +1065,9 @@ def kubeconfig_expiring_in(days: int) -> bytes:
     return kubeconfig_for("https://vc-x.vcluster-x.svc:443", Identity(ca, admin))
 
 
+@pytest.mark.parametrize("page", [100, 1])
 def test_a_pass_counts_the_kubeconfigs_that_expire_within_30_days_and_names_them(
-    kube: FakeKube, helm: FakeHelm, sink: FakeSink, caplog: pytest.LogCaptureFixture
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, caplog: pytest.LogCaptureFixture, page: int
 ) -> None:
     lifetimes = {"bob-dev": (CS_BOB, 10), "carol": (CS_CAROL, 400), "dave": (CS_DAVE, 29)}
     for name, (cs, days) in lifetimes.items():
@@ -1074,6 +1075,7 @@ def test_a_pass_counts_the_kubeconfigs_that_expire_within_30_days_and_names_them
         kube.boot_vcluster(name, kubeconfig_expiring_in(days))
         assert store_kubeconfig.handle(kube, SETTINGS, ref_of(obj)) is not None
         notify_api.handle(kube, FakeKubeoperaApi(), ref_of(obj))
+    kube.tenant_page = page  # 1: the soonest on the first of three pages
 
     assert resync(kube, sink, SETTINGS) == {}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from functions import install, notify_api
-from functions.resync import roll_out
+from functions.resync import Wave, resync, roll_out
 from shared import cli
 from shared.errors import PermanentError, TemporaryError
 from shared.model import event_types, rollout
@@ -432,6 +432,35 @@ def test_resync_records_a_halt_whose_tenant_it_sees_last() -> None:
     assert sink.sent == [] and "ROLLOUT" not in counts
     assert held(kube)["rollout-halted"] == "ten0"
     assert [live(kube, i).status.rollout for i in (1, 2)] == ["Waiting", "Waiting"], "halted: all wait"
+
+
+@pytest.mark.parametrize("page", [100, 1])
+def test_a_pass_sends_one_wave_over_all_its_pages_and_writes_both_marks_and_availability(page: int) -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 5)  # no stored kubeconfig or availability yet: resync also re-drives and writes those
+    kube.tenant_page = page
+    sink = FakeSink()
+
+    counts = resync(kube, sink, AFTER)
+
+    installs = [e.get_data()["name"] for e in sink.sent if e.get_type() == event_types.INSTALL]  # type: ignore[index]
+    assert installs == ["ten0", "ten1"], "one wave a pass, as many as there are slots"
+    assert counts["ROLLOUT"] == 2 and counts["ROLLOUT_MARK"] == 3
+    assert [live(kube, i).status.rollout for i in range(5)] == ["", "", "Waiting", "Waiting", "Waiting"]
+    assert counts["AVAILABILITY"] == 5, "each Tenant's mark written from the Tenant its availability write left"
+    assert all(live(kube, i).status.condition("VClusterAvailable") is not None for i in range(5))
+
+
+def test_a_wave_keeps_no_more_waiting_tenants_than_there_are_slots() -> None:
+    kube = FakeKube()
+    helm = FakeHelm(kube)
+    fleet(kube, helm, 6)
+    wave = Wave.begin(kube, AFTER)
+    for tenant in reversed(kube.list_tenants(TENANT_NAMESPACE, "")):
+        wave.see(kube, tenant)
+    assert [t.name for t in wave.waiting] == ["ten0", "ten1"], "the first by name; the others marked as they pass"
+    assert [live(kube, i).status.rollout for i in range(2, 6)] == ["Waiting"] * 4
 
 
 def test_a_settled_fleet_pass_writes_nothing() -> None:

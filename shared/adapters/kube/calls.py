@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from shared.errors import Conflict, Forbidden, NamespaceTerminating, PermanentEr
 from shared.observability import tracing
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Apis:
@@ -48,6 +50,16 @@ def _api_message(err: ApiException) -> str:
         return str(json.loads(err.body or "{}").get("message", ""))[:300]
     except ValueError:
         return ""
+
+
+def _api_continue(err: ApiException) -> str | None:
+    """The continue token a 410 for an expired one carries (k8s.io/apiserver storage/etcd3
+    ``handleCompactedErrorForPaging``: the rest of the list from the latest state), if any."""
+    try:
+        token = json.loads(err.body or "{}").get("metadata", {}).get("continue")
+    except (ValueError, AttributeError):
+        return None
+    return str(token) if token else None
 
 
 def call(what: str, fn: Callable[[], T]) -> T:
@@ -78,7 +90,10 @@ def _classified(what: str, fn: Callable[[], T]) -> T:
             # Forbidden into a TemporaryError themselves (access.granted_at_run_time).
             raise Forbidden(f"{what}: the API server refused it ({status} {reason})") from None
         if status == 410:
-            raise WatchExpired(f"{what}: the API server no longer holds that version ({reason})") from None
+            token = _api_continue(err)
+            raise WatchExpired(
+                f"{what}: the API server no longer holds that version ({reason})", continue_token=token
+            ) from None
         if status in (400, 422):
             raise PermanentError(f"{what}: the API server found it invalid ({status}): {_api_message(err)}") from None
         if status == 429 or status >= 500 or status == 0:
@@ -145,16 +160,29 @@ def paged(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
         del items  # let go before the next page is asked for
 
 
-def pages(what: str, fetch: Callable[..., Any]) -> Iterator[dict[str, Any]]:
+def pages(what: str, fetch: Callable[..., Any], *, go_on_if_expired: bool = False) -> Iterator[dict[str, Any]]:
     """Each page of a LIST as JSON (its ``items`` and ``metadata``): ``fetch`` is called with
     ``limit``, ``_continue`` and ``_preload_content``, until the API server gives no ``continue``
     token. A page is asked for when the one before has been consumed, and let go of here first; a
     caller looping over the pages lets go of each before its next turn too (``del page``, as
     ``paged`` does), or two pages are held at once. Every page of one LIST is of the same
-    snapshot: the first page's ``metadata.resourceVersion`` is the list's, the one to watch from."""
+    snapshot: the first page's ``metadata.resourceVersion`` is the list's, the one to watch from.
+
+    A continue token lasts as long as the API server keeps the snapshot's history (etcd's
+    compaction, 5 minutes by default). A caller that works between pages for longer may say
+    ``go_on_if_expired``: on the 410 the rest comes from the API server's latest state, with the
+    token it gives for that (logged), so an object made, changed or deleted meanwhile may be
+    seen or missed. Otherwise, and when the 410 carries no token, ``WatchExpired`` is raised."""
     token: str | None = None
     while True:
-        page = call(what, functools.partial(_page, fetch, token))
+        try:
+            page = call(what, functools.partial(_page, fetch, token))
+        except WatchExpired as err:
+            if not go_on_if_expired or err.continue_token is None or token is None:
+                raise
+            log.warning("continue token expired; the rest of the list from the latest state", extra={"list": what})
+            token = err.continue_token
+            continue
         token = page.get("metadata", {}).get("continue") or None
         yield page
         del page

@@ -60,9 +60,11 @@ class Tenants(Apis):
     def tenant_pages(self, namespace: str) -> Iterator[list[Tenant]]:
         """Every Tenant in ``namespace``, a page of ``PAGE`` at a time (one LIST, one snapshot),
         each page asked for when the caller turns to it: a caller that keeps a little of each
-        Tenant holds one page of them, however large the fleet (resync)."""
+        Tenant holds one page of them, however large the fleet (resync). A caller slower than the
+        API server keeps a continue token gets the rest from its latest state (``pages``): resync
+        then finishes its pass, and a Tenant made or deleted meanwhile is its next pass's."""
         fetch = functools.partial(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)
-        for page in pages("list tenants", fetch):
+        for page in pages("list tenants", fetch, go_on_if_expired=True):
             tenants = [Tenant.from_object(item) for item in page.get("items") or ()]
             del page  # the Tenants are all this keeps of it
             yield tenants
