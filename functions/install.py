@@ -185,7 +185,7 @@ def _install(
             return False
         if kube.get_rollout(names.namespace, names.release) is None:
             return True
-        present = {o for _, o in kube.list_policy_objects(names.namespace)}
+        present = {o for _, o in kube.iter_policy_objects(names.namespace)}
         return not set(policy_objects(names.release)) <= present
 
     if fleet:

@@ -191,7 +191,9 @@ def observed(tenant: Tenant) -> bool:
 class FleetReads:
     """What a pass reads of every Tenant at once, in a fixed number of LISTs (a page of
     ``PAGE`` at a time), so that a settled Tenant costs no request of its own on the API server
-    but its vcluster Secret's on a close look: the chart's namespace policies by namespace, the
+    but its vcluster Secret's on a close look: the chart's namespace policies by namespace (one
+    set a namespace, folded in as the LISTs are read: 0.7 KB a Tenant where one entry an object
+    was 1.3), the
     vCluster StatefulSets by (namespace, name) (every StatefulSet carrying ``kubeopera.io/tenant-id``, as
     install's values label it; the label on every release this project has made), and the stored
     kubeconfigs in the Tenants' namespace by name (``managed-by``, the spec's label), each kept
@@ -200,13 +202,17 @@ class FleetReads:
     ``observe`` asks for by name: a LIST is a snapshot, and "not listed" proves nothing about an
     object made since or labelled otherwise."""
 
-    policies: set[tuple[str, PolicyObject]]
+    policies: Mapping[str, frozenset[PolicyObject]]
     rollouts: Mapping[tuple[str, str], Rollout]
     stored: Mapping[str, StoredCopy]
 
     @classmethod
     def read(cls, kube: Cluster, settings: Settings) -> FleetReads:
-        policies = kube.list_policy_objects()
+        found: dict[str, set[PolicyObject]] = {}
+        for namespace, obj in kube.iter_policy_objects():
+            found.setdefault(namespace, set()).add(obj)
+        policies = {namespace: frozenset(objects) for namespace, objects in found.items()}
+        del found
         rollouts = kube.list_rollouts(LABEL_TENANT_ID)
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         kubeconfigs = kube.iter_secrets(settings.tenant_namespace, selector, (KUBECONFIG_KEY,))
@@ -318,7 +324,8 @@ def observe(
             api_judged=False,
         )
     current = stored.present and (written is None or stored.copy.digest == digest(written))
-    missing = tuple(str(o) for o in policy_objects(names.release) if (names.namespace, o) not in fleet.policies)
+    present = fleet.policies.get(names.namespace, frozenset())
+    missing = tuple(str(o) for o in policy_objects(names.release) if o not in present)
     api_missing, judged = None, vcluster is None
     if closely and vcluster is not None and stored.present and rollout is not None and rollout.ready_replicas > 0:
         # the stored kubeconfig, as kubeopera-api hands it out: when it is vcluster's, the bytes

@@ -467,9 +467,9 @@ class FakeKube:
         _tally(self.calls, "service_cidrs")
         return self.service_ranges
 
-    def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]:
-        _tally(self.calls, "list_policy_objects")
-        return {(ns, o) for ns, o in self.policies if namespace is None or ns == namespace}
+    def iter_policy_objects(self, namespace: str | None = None) -> Iterator[tuple[str, PolicyObject]]:
+        _tally(self.calls, "iter_policy_objects")
+        return iter([(ns, o) for ns, o in sorted(self.policies, key=str) if namespace is None or ns == namespace])
 
     # Roles and RoleBindings (shared.steps.access) -----------------------------------------------------
 

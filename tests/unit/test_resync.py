@@ -386,7 +386,7 @@ def test_a_pass_over_settled_ready_tenants_writes_nothing_and_sends_nothing(
         {
             "get_claim": 6,
             "tenant_pages": 2,
-            "list_policy_objects": 2,
+            "iter_policy_objects": 2,
             "list_rollouts": 2,
             "iter_secrets": 2,
             "list_owned_namespaces": 2,
@@ -1401,7 +1401,7 @@ def test_a_pass_lets_go_of_each_page_of_tenants_before_it_reads_the_next(
     assert kube.calls == Counter(
         {
             "tenant_pages": 1,
-            "list_policy_objects": 1,
+            "iter_policy_objects": 1,
             "list_rollouts": 1,
             "iter_secrets": 1,
             "read_secret_key": 6,

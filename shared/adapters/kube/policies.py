@@ -5,7 +5,7 @@ NetworkPolicy), listed fleet-wide a page at a time, and the host's Service range
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shared.adapters.kube.calls import Apis, call, paged
@@ -17,10 +17,11 @@ class Policies(Apis):
     """The chart's namespace policies and the host's Service range."""
 
 
-    def list_policy_objects(self, namespace: str | None = None) -> set[tuple[str, PolicyObject]]:
+    def iter_policy_objects(self, namespace: str | None = None) -> Iterator[tuple[str, PolicyObject]]:
         """(namespace, object) of every ResourceQuota, LimitRange and NetworkPolicy the chart
         rendered (``CHART_SELECTOR``), in ``namespace`` or, with None, in every namespace: three
-        LISTs, a page of ``PAGE`` at a time, however many Tenants there are."""
+        LISTs, a page of ``PAGE`` at a time, however many Tenants there are, each item as it is
+        read (a caller keeps what it needs of them)."""
         kinds: tuple[tuple[str, Callable[..., Any], Callable[..., Any]], ...] = (
             (
                 "ResourceQuota",
@@ -38,14 +39,13 @@ class Policies(Apis):
                 functools.partial(self._networking.list_namespaced_network_policy, namespace),
             ),
         )
-        found: set[tuple[str, PolicyObject]] = set()
         for kind, everywhere, here in kinds:
             items = paged(
                 f"list {kind.lower()} {namespace or '(all namespaces)'}",
                 functools.partial(here if namespace else everywhere, label_selector=CHART_SELECTOR),
             )
-            found |= {(str(i["metadata"]["namespace"]), PolicyObject(kind, str(i["metadata"]["name"]))) for i in items}
-        return found
+            for item in items:
+                yield str(item["metadata"]["namespace"]), PolicyObject(kind, str(item["metadata"]["name"]))
 
 
     def service_cidrs(self) -> list[tuple[str, list[str]]] | None:
