@@ -379,18 +379,21 @@ def test_resync_sends_the_next_wave_and_marks_the_rest_waiting() -> None:
         assert live(kube, i).status.rollout == "Upgrading", "install's write replaces the mark"
 
 
-def test_resync_records_a_halt_and_sends_nothing_while_halted() -> None:
+@pytest.mark.parametrize("last_first", [False, True], ids=["as-listed", "its-tenant-seen-last"])
+def test_resync_records_a_halt_and_sends_nothing_while_halted(last_first: bool) -> None:
     kube = FakeKube()
     helm = FakeHelm(kube)
     fleet(kube, helm, 3)
     assert deliver(kube, helm, 0)
     mark_failed(kube, live(kube, 0).ref, "vCluster not ready 600s after provisioning began")
     sink = FakeSink()
+    tenants = kube.list_tenants(TENANT_NAMESPACE, "")
 
-    counts = roll_out(kube, sink, AFTER, kube.list_tenants(TENANT_NAMESPACE, ""))
+    counts = roll_out(kube, sink, AFTER, reversed(tenants) if last_first else tenants)
     assert sink.sent == [] and "ROLLOUT" not in counts
     assert held(kube)["rollout-halted"] == "ten0"
     assert kube.event_reasons().count("RolloutHalted") == 1
+    assert [live(kube, i).status.rollout for i in (1, 2)] == ["Waiting", "Waiting"], "halted: all wait"
 
 
 def test_resync_sends_the_first_waiting_by_name_in_whatever_order_the_tenants_come() -> None:
@@ -418,20 +421,6 @@ def test_resync_counts_a_slot_held_by_a_tenant_it_sees_last_as_taken() -> None:
     }
     assert [e.get_data()["name"] for e in sink.sent] == ["ten1"], "one slot free: the first waiting"  # type: ignore[index]
     assert [live(kube, i).status.rollout for i in (2, 3)] == ["Waiting", "Waiting"]
-
-
-def test_resync_records_a_halt_whose_tenant_it_sees_last() -> None:
-    kube = FakeKube()
-    helm = FakeHelm(kube)
-    fleet(kube, helm, 3)
-    assert deliver(kube, helm, 0)
-    mark_failed(kube, live(kube, 0).ref, "vCluster not ready 600s after provisioning began")
-    sink = FakeSink()
-
-    counts = roll_out(kube, sink, AFTER, reversed(kube.list_tenants(TENANT_NAMESPACE, "")))
-    assert sink.sent == [] and "ROLLOUT" not in counts
-    assert held(kube)["rollout-halted"] == "ten0"
-    assert [live(kube, i).status.rollout for i in (1, 2)] == ["Waiting", "Waiting"], "halted: all wait"
 
 
 @pytest.mark.parametrize("page", [100, 1])
