@@ -387,8 +387,9 @@ def resync(
 
     The Tenants come a LIST page at a time, and each page is done before the next is asked for:
     observed, re-driven, its availability kept, its place in the fleet upgrade taken
-    (``Wave``). What the pass keeps of a Tenant past its page is a few bytes (``Tally``; the
-    fleet's reads, ``FleetReads``), so its memory does not grow with the fleet."""
+    (``Wave``). Past its page the pass keeps of a Tenant its uid, phase and expiry (``Tally``),
+    besides what the fleet's reads hold of it (``FleetReads``): about 2 KB a Tenant in all, where
+    the Tenants themselves with their Drifts were 14 (``bench resync``)."""
     moment = now or utcnow()
     began = time.monotonic()
     counts: Counter[str] = Counter()
