@@ -8,8 +8,8 @@ Making the token expire takes two steps here, both found by trying: compacting e
 list's version is not enough, because this API server serves the next page from its watch
 cache's snapshot of that version while the cache holds it. The cache lets go of history once it
 is older than 75 s and newer events need the room, so the test also waits that long and then
-writes 150 changes to one Tenant. Only then does the next page reach etcd, whose 410 carries the
-new token (k8s.io/apiserver storage/etcd3 ``handleCompactedErrorForPaging``). About 80 s.
+writes 400 changes to one Tenant. Only then does the next page reach etcd, whose 410 carries the
+new token (k8s.io/apiserver storage/etcd3 ``handleCompactedErrorForPaging``). About 90 s.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ from .tenant_objects import admitted, create, tenant_body
 pytestmark = pytest.mark.integration
 
 CACHE_FRESH_SECONDS = 75  # how long the watch cache keeps an event before newer ones may evict it
-NEWER_EVENTS = 150  # more than the cache's 100 events of room at its smallest
+# The cache's room: 100 events at its smallest, doubled each time it fills within 75 s (earlier
+# tests' Tenants may have grown it). Writing past its room overwrites its oldest events; 400 covers
+# a cache grown twice, more than this session's other tests write Tenants.
+NEWER_EVENTS = 400
 
 
 def etcd(control_plane: ControlPlane, path: str, body: dict[str, Any]) -> dict[str, Any]:
