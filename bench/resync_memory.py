@@ -65,7 +65,7 @@ def _passes(kube: Kube, settings: Settings, api: VClusterApi) -> tuple[str, ...]
     return (*mib, spread(seconds, digits=2))
 
 
-def _held(kube: Kube, settings: Settings, api: VClusterApi, top: int = 12) -> Table:
+def _held(kube: Kube, settings: Settings, api: VClusterApi, fleet_size: int, top: int = 12) -> Table:
     """What a pass holds at its fullest moment, by the line that allocated it: the fleet's reads,
     its last page of Tenants with their ``Drift``s (the probes done), and what it keeps of the
     pages before (``resync.Tally``), as the last page is about to be re-driven."""
@@ -85,7 +85,6 @@ def _held(kube: Kube, settings: Settings, api: VClusterApi, top: int = 12) -> Ta
     ours = (tracemalloc.Filter(False, tracemalloc.__file__),)
     held = fullest[-1].filter_traces(ours).compare_to(before.filter_traces(ours), "lineno")
     total = sum(d.size_diff for d in held)
-    fleet_size = sum(len(page) for page in kube.tenant_pages(settings.tenant_namespace))
     rows = [
         (f"{os.path.relpath(d.traceback[0].filename)}:{d.traceback[0].lineno}", f"{d.size_diff / 2**20:.2f}",
          f"{d.count_diff}", f"{d.size_diff / max(1, fleet_size):.0f}")
@@ -123,7 +122,7 @@ def main(argv: Sequence[str]) -> list[Table]:
                 for page in pages:
                     with mock.patch.object(calls, "PAGE", page):
                         rows.append((str(page), *_passes(kube, settings, api)))
-                held = _held(kube, settings, api)
+                held = _held(kube, settings, api, args.tenants + 1)
         finally:
             tracemalloc.stop()
             kube.close()

@@ -193,14 +193,13 @@ class FleetReads:
     ``PAGE`` at a time), so that a settled Tenant costs no request of its own on the API server
     but its vcluster Secret's on a close look: the chart's namespace policies by namespace (one
     set a namespace, folded in as the LISTs are read: 0.7 KB a Tenant where one entry an object
-    was 1.3), the
-    vCluster StatefulSets by (namespace, name) (every StatefulSet carrying ``kubeopera.io/tenant-id``, as
-    install's values label it; the label on every release this project has made), and the stored
-    kubeconfigs in the Tenants' namespace by name (``managed-by``, the spec's label), each kept
-    as the digest of its ``kubeconfig`` key and its client certificate's expiry (``StoredCopy``),
-    so that a pass holds a few bytes per Tenant however large the fleet. What a list lacks,
-    ``observe`` asks for by name: a LIST is a snapshot, and "not listed" proves nothing about an
-    object made since or labelled otherwise."""
+    was 1.3), the vCluster StatefulSets by (namespace, name) (every StatefulSet carrying
+    ``kubeopera.io/tenant-id``, as install's values label it; the label on every release this
+    project has made), and the stored kubeconfigs in the Tenants' namespace by name
+    (``managed-by``, the spec's label), each kept as the digest of its ``kubeconfig`` key and its
+    client certificate's expiry (``StoredCopy``): about 2 KB a Tenant in all, never a whole
+    object. What a list lacks, ``observe`` asks for by name: a LIST is a snapshot, and "not
+    listed" proves nothing about an object made since or labelled otherwise."""
 
     policies: Mapping[str, frozenset[PolicyObject]]
     rollouts: Mapping[tuple[str, str], Rollout]
@@ -594,15 +593,14 @@ class Wave:
             found = waves.read(
                 kube, self.settings.tenant_namespace, self.settings.rollout_max_parallel, self.holders.get
             )
-        waiting = self.waiting
         sends: list[Tenant] = []
         if found.halted is None and rollout.halted_by(found.slots) is None:
             free = sum(1 for _, slot, holder in found.slots if slot is None or rollout.slot_free(slot, holder))
-            sends = self.holding + waiting[:free]
+            sends = self.holding + self.waiting[:free]
         for tenant in sends:
             sink.send(events.make(event_types.INSTALL, NAME, tenant.ref))
         sent = {t.key for t in sends}
-        for tenant in self.holding + waiting:
+        for tenant in self.holding + self.waiting:
             if tenant.key not in sent:
                 self._mark(kube, tenant, True)
         _count_rollout(self.states, found.halted)

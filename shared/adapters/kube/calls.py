@@ -44,21 +44,24 @@ class Apis:
     _networking: Any
 
 
+def _api_status(err: ApiException) -> dict[str, Any]:
+    """The Status object an API error's body carries ({} when it carries none)."""
+    try:
+        status = json.loads(err.body or "{}")
+    except ValueError:
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
 def _api_message(err: ApiException) -> str:
     """The Status message of an API error (never a request body, so never a secret)."""
-    try:
-        return str(json.loads(err.body or "{}").get("message", ""))[:300]
-    except ValueError:
-        return ""
+    return str(_api_status(err).get("message", ""))[:300]
 
 
 def _api_continue(err: ApiException) -> str | None:
     """The continue token a 410 for an expired one carries (k8s.io/apiserver storage/etcd3
     ``handleCompactedErrorForPaging``: the rest of the list from the latest state), if any."""
-    try:
-        token = json.loads(err.body or "{}").get("metadata", {}).get("continue")
-    except (ValueError, AttributeError):
-        return None
+    token = (_api_status(err).get("metadata") or {}).get("continue")
     return str(token) if token else None
 
 
