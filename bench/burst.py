@@ -65,6 +65,7 @@ from testbed.processes import run
 from testbed.registry import helm_env
 from testbed.toolchain import ensure_all
 
+from . import apiserver_profile
 from .procfs import children, cpu_seconds, rss_mib
 from .report import Table, ms, percentile, spread, table
 from .workload import provision, tenant
@@ -700,7 +701,16 @@ def main(argv: Sequence[str]) -> list[Table]:
         help="profile every request of this function (tenant-install, ...; repeatable) with pyinstrument: "
         "its call tree goes to bench/profiles/, its hot spots to a table",
     )
+    parser.add_argument(
+        "--profile-apiserver",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="read kube-apiserver's CPU profile (pprof) for this long from the first burst's start: "
+        "a table by layer, its top functions to bench/profiles/",
+    )
     args = parser.parse_args(argv)
+    apiserver: apiserver_profile.ApiServerProfile | None = None
     with tempfile.TemporaryDirectory(prefix="bench-burst-") as folder:
         wrapper, helm_calls = counting_helm(ensure_all().helm, Path(folder))
         env = {"HELM_EXECUTABLE": str(wrapper)} | ({"GUNICORN_THREADS": str(args.threads)} if args.threads else {})
@@ -713,6 +723,7 @@ def main(argv: Sequence[str]) -> list[Table]:
             service_env={INSTALL: {"GUNICORN_THREADS": str(args.install_threads)}},
             profile=tuple(args.profile),
             profile_dir=Path(folder) / "profiles",
+            apiserver_args=(apiserver_profile.FLAG,) if args.profile_apiserver else (),
         )
         with start_stack(options) as stack:
             kube = Kube.connect(stack.admin_kubeconfig)
@@ -723,6 +734,8 @@ def main(argv: Sequence[str]) -> list[Table]:
                 bursts, floors_, deletions = [], [], []
                 for r in range(args.runs):
                     names = [f"burst{r}-{k:03d}" for k in range(args.tenants)]
+                    if r == 0 and args.profile_apiserver:
+                        apiserver = apiserver_profile.ApiServerProfile(stack, args.profile_apiserver, Path(folder))
                     bursts.append(burst(stack, phases, names, timeout=120 + 10 * args.tenants))
                     deletions.append(delete_tenants(stack, kube, names, timeout=120 + 10 * args.tenants))
                     floors_.append(floors(stack, chart, values, r, args.tenants))
@@ -742,6 +755,9 @@ def main(argv: Sequence[str]) -> list[Table]:
                 phases.close()
                 kube.close()
         profiles = [profile_table(Path(folder) / "profiles", service) for service in args.profile]
+        if apiserver is not None:
+            context = f"the first {args.profile_apiserver} s of a burst of {args.tenants}"
+            profiles.append(apiserver.table(context, PROFILES))
         return [
             *profiles,
             burst_table(args.tenants, bursts, floors_, deletions, args.install_threads),

@@ -41,3 +41,5 @@ class StackOptions:
     # worker's call tree saved in ``profile_dir``.
     profile: tuple[str, ...] = ()
     profile_dir: Path | None = None
+    # More flags for kube-apiserver, over the test bed's own (``--profiling=true`` for its pprof).
+    apiserver_args: tuple[str, ...] = ()

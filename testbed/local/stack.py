@@ -262,7 +262,9 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         with Supervisor(run_dir) as sup, contextlib.ExitStack() as stack:
-            control_plane = stack.enter_context(cp_mod.start_control_plane(tools, run_dir, supervisor=sup))
+            control_plane = stack.enter_context(
+                cp_mod.start_control_plane(tools, run_dir, supervisor=sup, extra_apiserver_args=options.apiserver_args)
+            )
             admin = control_plane.admin_kubeconfig
             registry = stack.enter_context(start_registry(tools, run_dir, supervisor=sup))
             chart_ref = push_chart(tools, registry.url, CHART_DIR, run_dir)
