@@ -22,6 +22,8 @@ ready-after   from vcluster's Secret written to the Tenant Ready, with the vClus
               and with the poll alone (``bench.ready_after``)
 sources       what one more Tenant namespace costs the vCluster watch with N namespaces there:
               requests, CPU, memory, time to hear it (``bench.sources``)
+admission     what the product's admission policies cost every other write of the cluster:
+              kube-apiserver's CPU per 1,000 writes with and without them (``bench.admission``)
 ============  ===================================================================================
 
 ``python -m bench.startup`` (the stack's own start), ``python -m bench.tracing`` (what tracing
@@ -41,7 +43,7 @@ Benchmark = Callable[[Sequence[str]], list[Table]]
 
 
 def benchmarks() -> dict[str, Benchmark]:
-    from . import burst, coldstart, helm, readiness, ready_after, resync, resync_memory, sources
+    from . import admission, burst, coldstart, helm, readiness, ready_after, resync, resync_memory, sources
 
     return {
         "burst": burst.main,
@@ -52,6 +54,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "readiness": readiness.main,
         "ready-after": ready_after.main,
         "sources": sources.main,
+        "admission": admission.main,
     }
 
 

@@ -51,8 +51,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "k8s.io/apiserver/pkg/endpoints/handlers.(*WatchServer)",
         ),
     ),
-    ("watch cache", ("k8s.io/apiserver/pkg/storage/cacher.",)),
-    ("etcd client", ("go.etcd.io/etcd/client/v3.",)),
+    (
+        "watch cache: events to watchers",
+        (
+            "k8s.io/apiserver/pkg/storage/cacher.(*Cacher).dispatchEvent",
+            "k8s.io/apiserver/pkg/storage/cacher.(*Cacher).processEvent",
+            "k8s.io/apiserver/pkg/storage/cacher.(*cacheWatcher).",
+            "k8s.io/apiserver/pkg/storage/cacher.(*watchCache).",
+        ),
+    ),
+    ("storage (etcd3 store: an update's admission runs inside it)", ("k8s.io/apiserver/pkg/storage/etcd3.",)),
+    ("  etcd client", ("go.etcd.io/etcd/client/v3.",)),
     ("garbage collection (Go runtime)", ("runtime.gcBgMarkWorker", "runtime.gcAssistAlloc", "runtime.bgsweep")),
 )
 

@@ -1,4 +1,4 @@
-"""deploy/base/policy/tenant-install-scope.yaml really narrows what tenant-install may write, on
+"""deploy/base/policy/tenant-write-scope.yaml really narrows what tenant-install may write, on
 the test bed's real kube-apiserver: RBAC alone would let it make RoleBindings anywhere, binding
 its own per-namespace ClusterRole (helm's and the chart's rules, Secrets included) with `bind`;
 the admission policy keeps it to vcluster-* namespaces and to Tenants and Events in
@@ -27,7 +27,7 @@ from .manifests import DEPLOY, RBAC, documents, impersonating, kubectl_run
 
 pytestmark = pytest.mark.integration
 
-POLICY = DEPLOY / "base" / "policy" / "tenant-install-scope.yaml"
+POLICY = DEPLOY / "base" / "policy" / "tenant-write-scope.yaml"
 NAMESPACE = DEFAULT_TENANT_NAMESPACE
 IMPERSONATE = impersonating("tenant-install")
 DENIED = "tenant-install may only change vcluster-* namespaces"

@@ -441,7 +441,7 @@ def test_only_cleanup_deletes_namespaces_and_stored_kubeconfigs() -> None:
         for kind, name, rule in _rules(path):
             deletes = "delete" in rule["verbs"] and {"namespaces", "secrets"} & set(rule["resources"])
             if path.stem == "tenant-install" and kind == "ClusterRole":
-                continue  # helm's objects in vcluster-* (confined by policy/tenant-install-scope.yaml)
+                continue  # helm's objects in vcluster-* (confined by policy/tenant-write-scope.yaml)
             assert not deletes or path.stem == "tenant-cleanup", f"{path.name}: {kind} {name}: {rule}"
 
 

@@ -1,4 +1,4 @@
-"""deploy/base/policy/tenant-store-kubeconfig-scope.yaml really narrows what
+"""deploy/base/policy/tenant-write-scope.yaml really narrows what
 tenant-store-kubeconfig may write, on the test bed's real kube-apiserver: RBAC alone lets it
 create any Secret in kubeopera-system (``create`` cannot be narrowed by name), the admission
 policy keeps it to stored kubeconfigs (``tenant-<cloudSpaceID>-kubeconfig``), Tenants' status
@@ -26,7 +26,7 @@ from .manifests import DEPLOY, RBAC, documents, impersonating, kubectl_run
 
 pytestmark = pytest.mark.integration
 
-POLICY = DEPLOY / "base" / "policy" / "tenant-store-kubeconfig-scope.yaml"
+POLICY = DEPLOY / "base" / "policy" / "tenant-write-scope.yaml"
 NAMESPACE = DEFAULT_TENANT_NAMESPACE
 IMPERSONATE = impersonating("tenant-store-kubeconfig")
 DENIED = "tenant-store-kubeconfig may only write Secrets named tenant-<cloudSpaceID>-kubeconfig"

@@ -5,7 +5,7 @@ shipped, with the Tenant CRD. The real ``install`` step runs as
 ``system:serviceaccount:kubeopera-system:tenant-install`` (a token from the TokenRequest API)
 with the real helm CLI and the test bed's chart: it makes the Tenant's namespace, binds its own
 rights there and grants the other functions theirs (``shared.steps.access``; `bind`, RBAC's escalation
-check and the install-scope policy all let it) and installs the release. Then, each with a token
+check and the write-scope policy all let it) and installs the release. Then, each with a token
 of its own ServiceAccount:
 
 - every ServiceAccount of kubeopera-system (``kubectl auth can-i`` with its token) may get and
