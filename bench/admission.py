@@ -2,10 +2,11 @@
 
 ``python -m bench admission --writes 1000 --rounds 3`` starts the test bed's etcd and
 kube-apiserver alone and, as the admin (no ServiceAccount of ours: a write the policies do not
-judge), updates a Lease (a heartbeat, the cluster's most frequent write) and a ConfigMap of
-16 KiB ``writes`` times each, once with no admission policy and once with ``deploy/base/policy``
-applied, alternating, ``rounds`` times. It prints kube-apiserver's CPU per 1,000 writes (from
-/proc) each way and what the policies add.
+judge), in namespace default, updates a Lease (a heartbeat, the cluster's most frequent write), a
+ConfigMap of 16 KiB and a Secret of 64 KiB (the size of a small helm release record) ``writes``
+times each, once with no admission policy and once with ``deploy/base/policy`` applied,
+alternating, ``rounds`` times. It prints kube-apiserver's CPU per 1,000 writes (from /proc) each
+way and what the policies add.
 
 A ValidatingAdmissionPolicy whose ``matchConstraints`` take a write makes that write's object (and
 its old object) unstructured for CEL before its ``matchConditions`` run, even when they then say
@@ -17,7 +18,9 @@ of its CPU. A policy that matches every write is paid by every write of every te
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -72,11 +75,14 @@ class Writer:
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 CONFIGMAPS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+SECRETS = f"/api/v1/namespaces/{NAMESPACE}/secrets"
 
 
 def prepare(writer: Writer) -> None:
     writer.create(LEASES, {"metadata": {"name": "bench-heartbeat"}, "spec": {"holderIdentity": "bench"}})
     writer.create(CONFIGMAPS, {"metadata": {"name": "bench-16k"}, "data": {"blob": "x" * 16384, "n": "0"}})
+    blob = base64.b64encode(os.urandom(64 * 1024)).decode()
+    writer.create(SECRETS, {"metadata": {"name": "bench-64k"}, "data": {"blob": blob}})
 
 
 def leases(writer: Writer, n: int) -> None:
@@ -88,6 +94,11 @@ def leases(writer: Writer, n: int) -> None:
 def configmaps(writer: Writer, n: int) -> None:
     for i in range(n):
         writer.patch(f"{CONFIGMAPS}/bench-16k", {"data": {"n": str(i)}})
+
+
+def secrets(writer: Writer, n: int) -> None:
+    for i in range(n):
+        writer.patch(f"{SECRETS}/bench-64k", {"metadata": {"annotations": {"n": str(i)}}})
 
 
 def kubectl(kubectl_path: Path, kubeconfig: Path, *args: str) -> None:
@@ -104,7 +115,7 @@ def main(argv: Sequence[str]) -> list[Table]:
     tools = ensure_all()
     files = policy_files()
     applied = [f"--filename={f}" for f in files]
-    kinds = {"Lease heartbeat": leases, "ConfigMap of 16 KiB": configmaps}
+    kinds = {"Lease heartbeat": leases, "ConfigMap of 16 KiB": configmaps, "Secret of 64 KiB": secrets}
     cpu: dict[tuple[str, str], list[float]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="bench-admission-") as folder,

@@ -17,7 +17,9 @@ from shared.model import event_types, lifecycle, ownership
 from shared.model.naming import (
     ANNOTATION_DELETION_PROTECTION,
     DEFAULT_TENANT_NAMESPACE,
+    LABEL_MANAGED_BY,
     LABEL_OWNER_UID,
+    MANAGED_BY,
 )
 from shared.model.tenant import GROUP, PLURAL, Tenant
 from shared.model.values import vcluster_values
@@ -470,6 +472,34 @@ def test_deletion_protection_guards_tenants_by_the_models_annotation() -> None:
     refusal = policy["spec"]["validations"][0]
     assert "request.operation != 'DELETE'" in refusal["expression"] and refusal["reason"] == "Forbidden"
     assert f"kubectl annotate {PLURAL}.{GROUP} " in refusal["messageExpression"]
+
+
+def test_one_policy_takes_every_write_of_the_cluster() -> None:
+    """A policy whose matchConstraints take every write in every namespace makes each write's
+    object unstructured for CEL before its matchConditions can say "not mine": every write of the
+    cluster, anyone's, pays for each such policy (bench/admission.py). One is the scope of the
+    functions' writes; every other policy narrows what it takes without CEL."""
+    every = []
+    for name, path in policy_files().items():
+        constraints = file_documents(path)[0]["spec"]["matchConstraints"]
+        resources = {r for rule in constraints["resourceRules"] for r in rule["resources"]}
+        narrowed = constraints.get("namespaceSelector") or constraints.get("objectSelector")
+        if resources & {"*", "*/*"} and not narrowed:
+            every.append(name)
+    assert every == ["kubeopera-tenants-write-scope"]
+
+
+def test_helm_records_judges_only_the_namespaces_install_makes() -> None:
+    """policy/tenant-helm-records.yaml takes Secrets only in namespaces with the label install puts
+    on every namespace it makes (a label selector costs no CEL), so other Secrets of the cluster
+    are not made unstructured for it."""
+    policy, _ = file_documents(policy_files()["kubeopera-tenants-helm-records"])
+    (example,) = file_documents(DEPLOY / "examples" / "alice-default.yaml")
+    example["metadata"]["uid"] = "0d6f6a1c-1b7e-4c3e-9a51-2f0c8e4b7d10"
+    labels = ownership.namespace_labels(Tenant.from_object(example))
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
+    assert selector == {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY}}
+    assert labels[LABEL_MANAGED_BY] == MANAGED_BY
 
 
 def test_the_tenant_source_reads_tenants_and_nothing_else() -> None:

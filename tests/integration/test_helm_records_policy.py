@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from shared.adapters.release import RECORD_TYPE
+from shared.model.naming import LABEL_MANAGED_BY, MANAGED_BY
 from testbed.controlplane import ControlPlane, as_syncer, create_namespace, delete_namespace, kubectl
 
 from .test_pod_security import grant_syncer
@@ -90,7 +91,8 @@ def tenant_name(control_plane: ControlPlane) -> Iterator[str]:
     (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert "matchResources" not in binding["spec"], "the shipped binding applies to every namespace"
     binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {SCOPE_LABEL: token}}}
-    create_namespace(control_plane, namespace, {SCOPE_LABEL: token})
+    # labelled as install labels the namespaces it makes: the policy takes only those
+    create_namespace(control_plane, namespace, {SCOPE_LABEL: token, LABEL_MANAGED_BY: MANAGED_BY})
     functions_binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
