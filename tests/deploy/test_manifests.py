@@ -79,15 +79,18 @@ def yaml_files() -> list[Path]:
 
 
 def policy_files() -> dict[str, Path]:
-    """The admission policies of deploy/base/policy by name: each file holds one and its binding."""
+    """The admission policies of deploy/base/policy by name: each file holds one and its bindings."""
     found: dict[str, Path] = {}
     for path in sorted((DEPLOY / "base" / "policy").glob("*.yaml")):
-        docs = file_documents(path)
-        assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"], path
-        policy, binding = docs
-        assert binding["metadata"]["name"] == binding["spec"]["policyName"] == policy["metadata"]["name"], path
-        assert policy["spec"]["failurePolicy"] == "Fail" and binding["spec"]["validationActions"] == ["Deny"], path
-        found[policy["metadata"]["name"]] = path
+        policy, *bindings = file_documents(path)
+        assert policy["kind"] == "ValidatingAdmissionPolicy" and policy["spec"]["failurePolicy"] == "Fail", path
+        name = policy["metadata"]["name"]
+        assert bindings and all(b["kind"] == "ValidatingAdmissionPolicyBinding" for b in bindings), path
+        assert bindings[0]["metadata"]["name"] == name, path
+        for binding in bindings:
+            assert binding["spec"]["policyName"] == name and binding["spec"]["validationActions"] == ["Deny"], path
+            assert binding["metadata"]["name"].startswith(name), path
+        found[name] = path
     return found
 
 
@@ -125,8 +128,9 @@ def test_overlay_renders_everything(rendered: Mapping[str, str], overlay: str) -
     assert kinds["SinkBinding"] == {"tenant-resync", "tenant-vcluster-watch"}
     assert kinds["Namespace"] == {NAMESPACE}
     assert "tenant-functions-config" in kinds["ConfigMap"]
-    assert kinds["ValidatingAdmissionPolicy"] == kinds["ValidatingAdmissionPolicyBinding"]
     assert kinds["ValidatingAdmissionPolicy"] == set(policy_files()), "every policy/ file is rendered, and only those"
+    bindings = {d["metadata"]["name"] for p in policy_files().values() for d in file_documents(p)[1:]}
+    assert kinds["ValidatingAdmissionPolicyBinding"] == bindings
     for name, service in objects_of(docs, "Service").items():
         image = service["spec"]["template"]["spec"]["containers"][0]["image"]
         assert image == f"{IMAGE}:{TAGS[overlay]}", name
@@ -474,19 +478,90 @@ def test_deletion_protection_guards_tenants_by_the_models_annotation() -> None:
     assert f"kubectl annotate {PLURAL}.{GROUP} " in refusal["messageExpression"]
 
 
-def test_one_policy_takes_every_write_of_the_cluster() -> None:
-    """A policy whose matchConstraints take every write in every namespace makes each write's
-    object unstructured for CEL before its matchConditions can say "not mine": every write of the
-    cluster, anyone's, pays for each such policy (bench/admission.py). One is the scope of the
-    functions' writes; every other policy narrows what it takes without CEL."""
-    every = []
-    for name, path in policy_files().items():
-        constraints = file_documents(path)[0]["spec"]["matchConstraints"]
-        resources = {r for rule in constraints["resourceRules"] for r in rule["resources"]}
-        narrowed = constraints.get("namespaceSelector") or constraints.get("objectSelector")
-        if resources & {"*", "*/*"} and not narrowed:
-            every.append(name)
-    assert every == ["kubeopera-tenants-write-scope"]
+def _takes_every_write(match: Mapping[str, Any]) -> bool:
+    """Do these match rules take every write in every namespace (no rules: every resource)?"""
+    rules = match.get("resourceRules") or [{"resources": ["*/*"], "operations": ["*"]}]
+    every = any(
+        {"*", "*/*"} & set(rule["resources"]) and "*" in rule["operations"] and rule.get("scope", "*") == "*"
+        for rule in rules
+    )
+    return every and not match.get("namespaceSelector") and not match.get("objectSelector")
+
+
+def test_no_policy_takes_every_write_of_the_cluster() -> None:
+    """Every write a policy's binding takes is made unstructured for CEL before the policy's
+    matchConditions can say "not mine": a binding that took every write in every namespace would
+    be paid by every write of the cluster, anyone's (bench/admission.py). Each narrows what it
+    takes by kind, operation or namespace, which costs no CEL."""
+    for path in policy_files().values():
+        policy, *bindings = file_documents(path)
+        for binding in bindings:
+            narrowed = binding["spec"].get("matchResources")
+            taken = _takes_every_write(policy["spec"]["matchConstraints"]) and (
+                narrowed is None or _takes_every_write(narrowed)
+            )
+            assert not taken, f"{binding['metadata']['name']} takes every write of the cluster"
+
+
+SCOPED = ("tenant-install", "tenant-cleanup", "tenant-store-kubeconfig")
+OPERATIONS = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
+OPERATIONS["deletecollection"] = "DELETE"
+# Reviews are asked, not stored: a create of one writes nothing (the functions check senders' tokens).
+REVIEWS = {("authentication.k8s.io", "tokenreviews"), ("authorization.k8s.io", "selfsubjectaccessreviews")}
+
+
+def test_the_write_scope_takes_every_write_rbac_allows_outside_tenant_namespaces() -> None:
+    """policy/tenant-write-scope.yaml's bindings take only some writes (above); together with RBAC
+    they must still take every write install, cleanup and store-kubeconfig can make outside the
+    vcluster-* namespaces: their Roles and RoleBindings are all in kubeopera-system (the second
+    binding takes every write there), each write rule of a ClusterRole bound cluster-wide is a kind
+    and operation of the first binding, and a ClusterRole bound in no ClusterRoleBinding can only
+    be bound by install's RoleBindings, which the first binding takes."""
+    policy, cluster_wide, at_home = file_documents(policy_files()["kubeopera-tenants-write-scope"])
+    assert at_home["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}
+    }
+    (home_rule,) = at_home["spec"]["matchResources"]["resourceRules"]
+    assert home_rule["resources"] == ["*/*"] and home_rule["operations"] == ["*"], home_rule
+    taken = {
+        (group, resource, operation)
+        for rule in cluster_wide["spec"]["matchResources"]["resourceRules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for operation in rule["operations"]
+    }
+    condition = policy["spec"]["matchConditions"][0]["expression"]
+    for name in SCOPED:
+        assert f"'system:serviceaccount:{NAMESPACE}:{name}'" in condition, name
+    roles: dict[str, dict[str, Any]] = {}
+    granted: list[tuple[str, dict[str, Any], str]] = []  # (subject, binding, path)
+    for path in [*sorted(RBAC.glob("*.yaml")), *sorted(EVENTING.rglob("*.yaml"))]:
+        for doc in documents(path.read_text(encoding="utf-8")):
+            if doc.get("kind") == "ClusterRole":
+                roles[doc["metadata"]["name"]] = doc
+            if doc.get("kind") in ("Role", "RoleBinding") and path.stem in SCOPED:
+                where = f"{path.name}: {doc['kind']} {doc['metadata']['name']}"
+                assert doc["metadata"]["namespace"] == NAMESPACE, where
+            if doc.get("kind") in ("ClusterRoleBinding", "RoleBinding"):
+                for subject in doc.get("subjects") or []:
+                    if subject.get("name") in SCOPED:
+                        granted.append((subject["name"], doc, path.name))
+    for name, binding, where in granted:
+        if binding["kind"] == "RoleBinding":
+            assert binding["metadata"]["namespace"] == NAMESPACE, f"{where}: {binding['metadata']['name']}"
+            continue
+        role_name = binding["roleRef"]["name"]
+        for rule in roles[role_name]["rules"]:
+            assert not {"escalate", "impersonate", "*"} & set(rule["verbs"]), f"{role_name}: {rule}"
+            for verb in set(rule["verbs"]) & set(OPERATIONS):
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        if (group, resource) in REVIEWS:
+                            continue
+                        want = (group, resource, OPERATIONS[verb])
+                        assert want in taken, f"{where}: {role_name} lets {name} {verb} {resource} anywhere"
+    # a ClusterRole bound in no ClusterRoleBinding is bound per namespace, by install's RoleBindings
+    assert {("rbac.authorization.k8s.io", "rolebindings", op) for op in ("CREATE", "UPDATE")} <= taken
 
 
 def test_helm_records_judges_only_the_namespaces_install_makes() -> None:

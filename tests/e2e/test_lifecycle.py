@@ -836,6 +836,18 @@ def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubec
         "another-team",
     )
     assert write.returncode != 0 and "tenant-cleanup may only change vcluster-*" in write.stderr
+    # its deletes of the chart's kinds are cluster-wide in RBAC too (the policy's first binding)
+    pipeline.kubectl("create", "configmap", "theirs", "-n", "another-team")
+    theirs = kubectl_as(
+        pipeline,
+        pipeline.function_kubeconfigs["tenant-cleanup"],
+        "delete",
+        "configmap",
+        "theirs",
+        "-n",
+        "another-team",
+    )
+    assert theirs.returncode != 0 and "tenant-cleanup may only change vcluster-*" in theirs.stderr
     internal = kubectl_as(
         pipeline,
         pipeline.function_kubeconfigs["tenant-cleanup"],
@@ -847,6 +859,7 @@ def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubec
     )
     assert internal.returncode != 0 and "tenant-*-kubeconfig" in internal.stderr
     assert exists(pipeline, "namespace", "another-team")
+    assert exists(pipeline, "configmap", "theirs", "-n", "another-team")
     assert exists(pipeline, "secret", "not-a-kubeconfig", "-n", TENANT_NAMESPACE)
 
 
