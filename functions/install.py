@@ -18,7 +18,8 @@ for its current generation (``lifecycle.install_skip_reason``). Otherwise, in th
    message naming the owner, and nothing of theirs is touched;
 4. namespace ``vcluster-{tenantName}`` is created with the owner labels and the Pod Security
    labels (``shared.model.isolation``; made by this very Tenant before ownership labels existed, it is
-   given them once; a Pod Security label removed or changed since is put back), and in it,
+   given them once; a Pod Security label, or ``kubeopera.io/managed-by`` (by which the helm-records
+   admission policy finds the namespaces it guards), removed or changed since is put back), and in it,
    first, install's own RoleBinding (its helm and chart rights: it holds none cluster-wide), then
    the Roles and RoleBindings that let check-ready, store-kubeconfig, cleanup and resync read
    what they need there, and only there (``shared.steps.access``), before anything that needs them
@@ -45,7 +46,7 @@ Provisioning (``status.rollout: Upgrading``) before helm runs: a Ready Tenant is
 one whose upgrade helm refuses must be Failed, so that the rollout halts there. Step 7 records what
 the release runs now: ``status.chartVersion`` and ``status.valuesDigest``.
 
-A delivery that leaves the Tenant alone still ensures step 4's grants and Pod Security labels
+A delivery that leaves the Tenant alone still ensures step 4's grants and kept labels
 when the namespace is this Tenant's (``access.grant_if_ours``): a Tenant made before they
 existed gets them on its next delivery (resync sends one when its own reads there are refused,
 and one with each re-drive of a stalled deletion, so its cleanup can work), and a label changed
@@ -158,23 +159,23 @@ def _install(
     claims.check_rivals(kube, tenant)
     claims.claim_cloud_space(kube, tenant)
     names = tenant.spec.names
-    pod_security = settings.isolation.pod_security_labels()
+    kept = settings.isolation.kept_labels()
     # A Tenant that never had a namespace recorded creates it without reading first (one request
     # less per new Tenant); a 409 is judged as any namespace found. Any other reads first.
     created = not tenant.status.namespace and kube.create_namespace(
-        names.namespace, namespace_labels(tenant) | pod_security
+        names.namespace, namespace_labels(tenant) | kept
     )
     namespace, labels = (Verdict(Claim.OURS), None) if created else claims.namespace_claim(kube, tenant)
     if namespace.claim == Claim.FREE:
-        if created := kube.create_namespace(names.namespace, namespace_labels(tenant) | pod_security):
+        if created := kube.create_namespace(names.namespace, namespace_labels(tenant) | kept):
             labels = None
         else:  # made by someone else just now: judge it
             namespace, labels = claims.namespace_claim(kube, tenant)
     if namespace.claim == Claim.ADOPT:
-        kube.label_namespace(names.namespace, namespace_labels(tenant) | pod_security)
+        kube.label_namespace(names.namespace, namespace_labels(tenant) | kept)
         log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
     elif namespace.claim == Claim.OURS and labels is not None:
-        access.keep_labels(kube, names.namespace, labels, pod_security)
+        access.keep_labels(kube, names.namespace, labels, kept)
     access.grant(kube, tenant, settings.tenant_namespace, fresh=created)  # just made: nothing in it to read
 
     # Pending again (a retry, or resync after the vCluster's StatefulSet or one of the chart's
@@ -251,7 +252,7 @@ def _grant_if_ours(kube: Cluster, tenant: Tenant, settings: Settings) -> None:
     error is raised (the broker re-delivers, and a repeat only reads); a namespace being deleted
     needs nothing; a refusal is logged and the Tenant left as it is."""
     try:
-        access.grant_if_ours(kube, tenant, settings.tenant_namespace, settings.isolation.pod_security_labels())
+        access.grant_if_ours(kube, tenant, settings.tenant_namespace, settings.isolation.kept_labels())
     except NamespaceTerminating:
         log.info("namespace is being deleted; no access to grant there")
     except PermanentError as err:

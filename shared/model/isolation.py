@@ -20,7 +20,8 @@ A tenant controls its vCluster, and so whatever the vCluster's syncer
   ``POD_SECURITY_ENFORCE`` (default ``baseline``: the vCluster pod runs as root without
   privilege escalation, which baseline admits and restricted does not; design.md section 5),
   ``warn`` and ``audit`` at ``restricted``. install writes them when it makes the namespace and
-  puts them back when they were removed or changed.
+  puts them back when they were removed or changed (``kept_labels``, with the ``managed-by`` label
+  that the helm-records admission policy selects the namespaces it guards by).
 
 The settings (read once at start-up by ``Settings.from_env``; a bad value is a ``ConfigError``
 naming the variable):
@@ -51,6 +52,7 @@ from typing import Any
 
 from shared.errors import ConfigError
 from shared.model import quantity
+from shared.model.naming import LABEL_MANAGED_BY, MANAGED_BY
 
 # The vcluster 0.21.2 chart's defaults (values.yaml, policies:), as the strings the chart renders.
 RESOURCE_QUOTA: tuple[tuple[str, str], ...] = (
@@ -181,6 +183,12 @@ class Isolation:
             limit_default=entries("limit_default", self.limit_default),
             limit_default_request=entries("limit_default_request", self.limit_default_request),
         )
+
+    def kept_labels(self) -> dict[str, str]:
+        """The labels install keeps true on a tenant's namespace (put back when removed or changed):
+        the Pod Security labels, and ``kubeopera.io/managed-by``, by which the helm-records admission
+        policy (deploy/base/policy/tenant-helm-records.yaml) selects the namespaces it guards."""
+        return {LABEL_MANAGED_BY: MANAGED_BY} | self.pod_security_labels()
 
     def pod_security_labels(self) -> dict[str, str]:
         """The Pod Security labels of a tenant's namespace."""

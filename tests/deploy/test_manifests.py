@@ -478,6 +478,9 @@ def test_deletion_protection_guards_tenants_by_the_models_annotation() -> None:
     assert f"kubectl annotate {PLURAL}.{GROUP} " in refusal["messageExpression"]
 
 
+SCOPE = "kubeopera-tenants-write-scope"
+
+
 def _takes_every_write(match: Mapping[str, Any]) -> bool:
     """Do these match rules take every write in every namespace (no rules: every resource)?"""
     rules = match.get("resourceRules") or [{"resources": ["*/*"], "operations": ["*"]}]
@@ -508,60 +511,91 @@ OPERATIONS = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete
 OPERATIONS["deletecollection"] = "DELETE"
 # Reviews are asked, not stored: a create of one writes nothing (the functions check senders' tokens).
 REVIEWS = {("authentication.k8s.io", "tokenreviews"), ("authorization.k8s.io", "selfsubjectaccessreviews")}
+# Groups every ServiceAccount of kubeopera-system is in: a grant to one is a grant to the three.
+THEIR_GROUPS = {"system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"}
+CONNECTS = ("/exec", "/attach", "/portforward", "/proxy")  # a CONNECT request, whatever the verb
 
 
-def test_the_write_scope_takes_every_write_rbac_allows_outside_tenant_namespaces() -> None:
-    """policy/tenant-write-scope.yaml's bindings take only some writes (above); together with RBAC
-    they must still take every write install, cleanup and store-kubeconfig can make outside the
-    vcluster-* namespaces: their Roles and RoleBindings are all in kubeopera-system (the second
-    binding takes every write there), each write rule of a ClusterRole bound cluster-wide is a kind
-    and operation of the first binding, and a ClusterRole bound in no ClusterRoleBinding can only
-    be bound by install's RoleBindings, which the first binding takes."""
-    policy, cluster_wide, at_home = file_documents(policy_files()["kubeopera-tenants-write-scope"])
-    assert at_home["spec"]["matchResources"]["namespaceSelector"] == {
-        "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}
-    }
-    (home_rule,) = at_home["spec"]["matchResources"]["resourceRules"]
-    assert home_rule["resources"] == ["*/*"] and home_rule["operations"] == ["*"], home_rule
-    taken = {
-        (group, resource, operation)
-        for rule in cluster_wide["spec"]["matchResources"]["resourceRules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for operation in rule["operations"]
-    }
+def _is_theirs(subject: Mapping[str, Any]) -> bool:
+    kind, name = subject.get("kind"), subject.get("name", "")
+    if kind == "ServiceAccount":
+        return name in SCOPED and subject.get("namespace") == NAMESPACE
+    if kind == "User":
+        return name in {f"system:serviceaccount:{NAMESPACE}:{n}" for n in SCOPED}
+    return kind == "Group" and name in THEIR_GROUPS
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_write_scope_takes_every_write_rbac_allows_outside_tenant_namespaces(
+    rendered: Mapping[str, str], overlay: str
+) -> None:
+    """policy/tenant-write-scope.yaml's bindings take only some writes (above); with the RBAC of
+    the rendered overlay they must still take every write install, cleanup and store-kubeconfig
+    can make outside the vcluster-* namespaces: whatever is bound to them (by name, or to a group
+    they are in) in a namespace is in kubeopera-system, which the second binding takes whole;
+    each write rule of a ClusterRole bound to them cluster-wide is a kind and operation of the
+    first binding, which takes them in every namespace; and a ClusterRole bound to them in no
+    ClusterRoleBinding can only be bound by install's RoleBindings, which the first binding takes."""
+    docs = documents(rendered[overlay])
+    (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == SCOPE]
+    bindings = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    cluster_wide, at_home = bindings[SCOPE], bindings[f"{SCOPE}-{NAMESPACE}"]
+    constraints = policy["spec"]["matchConstraints"]
+    assert _takes_every_write(constraints) and not constraints.get("excludeResourceRules"), constraints
+    assert constraints.get("matchPolicy", "Equivalent") == "Equivalent", constraints
     condition = policy["spec"]["matchConditions"][0]["expression"]
     for name in SCOPED:
         assert f"'system:serviceaccount:{NAMESPACE}:{name}'" in condition, name
-    roles: dict[str, dict[str, Any]] = {}
-    granted: list[tuple[str, dict[str, Any], str]] = []  # (subject, binding, path)
-    for path in [*sorted(RBAC.glob("*.yaml")), *sorted(EVENTING.rglob("*.yaml"))]:
-        for doc in documents(path.read_text(encoding="utf-8")):
-            if doc.get("kind") == "ClusterRole":
-                roles[doc["metadata"]["name"]] = doc
-            if doc.get("kind") in ("Role", "RoleBinding") and path.stem in SCOPED:
-                where = f"{path.name}: {doc['kind']} {doc['metadata']['name']}"
-                assert doc["metadata"]["namespace"] == NAMESPACE, where
-            if doc.get("kind") in ("ClusterRoleBinding", "RoleBinding"):
-                for subject in doc.get("subjects") or []:
-                    if subject.get("name") in SCOPED:
-                        granted.append((subject["name"], doc, path.name))
-    for name, binding, where in granted:
-        if binding["kind"] == "RoleBinding":
-            assert binding["metadata"]["namespace"] == NAMESPACE, f"{where}: {binding['metadata']['name']}"
+
+    home = at_home["spec"]["matchResources"]
+    assert set(home) == {"namespaceSelector", "resourceRules"}, home
+    assert home["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+    (home_rule,) = home["resourceRules"]
+    assert home_rule == {
+        "apiGroups": ["*"],
+        "apiVersions": ["*"],
+        "operations": ["*"],
+        "resources": ["*/*"],
+        "scope": "Namespaced",
+    }, home_rule
+    anywhere = cluster_wide["spec"]["matchResources"]
+    assert set(anywhere) == {"resourceRules"}, "no selector, no exclusion: every namespace"
+    taken = set()
+    for rule in anywhere["resourceRules"]:
+        assert rule["apiVersions"] == ["*"] and rule.get("scope", "*") == "*", rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                taken |= {(group, resource, operation) for operation in rule["operations"]}
+
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs if "rules" in d}
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if not any(_is_theirs(subject) for subject in binding.get("subjects") or []):
             continue
-        role_name = binding["roleRef"]["name"]
-        for rule in roles[role_name]["rules"]:
-            assert not {"escalate", "impersonate", "*"} & set(rule["verbs"]), f"{role_name}: {rule}"
+        where = f"{binding['kind']} {binding['metadata']['name']}"
+        ref = binding["roleRef"]
+        namespace = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        role = roles[(ref["kind"], namespace, ref["name"])]
+        assert "aggregationRule" not in role, f"{where}: an aggregated ClusterRole's rules are not in the file"
+        for rule in role["rules"]:
+            assert not {"escalate", "impersonate", "*"} & set(rule["verbs"]), f"{where}: {rule}"
+            assert not [r for r in rule["resources"] if r.endswith(CONNECTS)], f"{where}: {rule}"
+            assert not [r for r in rule["resources"] if r.startswith("namespaces/")], f"{where}: {rule}"
+        if binding["kind"] == "RoleBinding":
+            assert binding["metadata"]["namespace"] == NAMESPACE, f"{where}: its rules would be in no binding"
+            continue
+        for rule in role["rules"]:
             for verb in set(rule["verbs"]) & set(OPERATIONS):
                 for group in rule["apiGroups"]:
                     for resource in rule["resources"]:
                         if (group, resource) in REVIEWS:
                             continue
                         want = (group, resource, OPERATIONS[verb])
-                        assert want in taken, f"{where}: {role_name} lets {name} {verb} {resource} anywhere"
-    # a ClusterRole bound in no ClusterRoleBinding is bound per namespace, by install's RoleBindings
+                        assert want in taken, f"{where}: {ref['name']} lets them {verb} {resource} anywhere"
+    # a ClusterRole bound in no ClusterRoleBinding is bound per namespace, by install's RoleBindings;
+    # the namespace object itself, with its status and finalize, is the first binding's too
     assert {("rbac.authorization.k8s.io", "rolebindings", op) for op in ("CREATE", "UPDATE")} <= taken
+    for resource in ("namespaces", "namespaces/status", "namespaces/finalize"):
+        assert {("", resource, "CREATE"), ("", resource, "UPDATE")} <= taken, resource
 
 
 def test_helm_records_judges_only_the_namespaces_install_makes() -> None:

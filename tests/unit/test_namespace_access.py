@@ -386,6 +386,8 @@ POD_SECURITY = {
         pytest.param({"pod-security.kubernetes.io/enforce": "privileged"}, id="enforce-changed"),
         pytest.param({"pod-security.kubernetes.io/warn": None}, id="warn-removed"),
         pytest.param({"pod-security.kubernetes.io/enforce": None, "pod-security.kubernetes.io/audit": None}, id="two"),
+        # the label the helm-records admission policy selects the namespaces it guards by
+        pytest.param({"kubeopera.io/managed-by": None}, id="managed-by-removed"),
     ],
 )
 @pytest.mark.parametrize("phase", ["Ready", "Pending"])
@@ -393,7 +395,7 @@ def test_a_pod_security_label_changed_by_hand_is_put_back_by_the_next_install_de
     kube: FakeKube, helm: FakeHelm, drift: dict[str, str | None], phase: str
 ) -> None:
     """A settled Tenant: the delivery that leaves it alone (once this process's recheck window is
-    over); a Pending one: the full install run. Only the Pod Security labels are written."""
+    over); a Pending one: the full install run. Only the labels install keeps are written."""
     if phase == "Ready":
         obj = kube.add_tenant(
             in_sync(tenant_object("bob-dev", CS_BOB, status=settled("Ready"), finalizers=[FINALIZER]), SETTINGS)
