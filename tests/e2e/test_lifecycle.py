@@ -863,6 +863,60 @@ def test_cleanup_can_delete_nothing_outside_vcluster_namespaces_and_stored_kubec
     assert exists(pipeline, "secret", "not-a-kubeconfig", "-n", TENANT_NAMESPACE)
 
 
+WRITE_SCOPE = REPO / "deploy" / "base" / "policy" / "tenant-write-scope.yaml"
+WRITES = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE", "deletecollection": "DELETE"}
+
+
+def judged_anywhere(group: str, resource: str, operation: str) -> bool:
+    """Does the write-scope's first binding (every namespace) take this write?"""
+    binding = [d for d in yaml.safe_load_all(WRITE_SCOPE.read_text(encoding="utf-8")) if d][1]
+    return any(
+        group in rule["apiGroups"] and resource in rule["resources"] and operation in rule["operations"]
+        for rule in binding["spec"]["matchResources"]["resourceRules"]
+    )
+
+
+@pytest.mark.parametrize("function", ["tenant-install", "tenant-cleanup", "tenant-store-kubeconfig"])
+def test_outside_their_namespaces_the_scoped_functions_may_write_only_what_the_scope_judges(
+    pipeline: Stack, function: str
+) -> None:
+    """docs/deploy.md's check, as the function's own identity on the running test bed (its groups
+    and every grant of the cluster included, not only deploy/'s): in a namespace that is neither a
+    Tenant's nor kubeopera-system, every write its rules allow is one the write-scope policy's
+    first binding takes, or a review (asked, never stored)."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": "default"},
+    }
+    asked = kubectl_as(
+        pipeline,
+        pipeline.function_kubeconfigs[function],
+        "create",
+        "--validate=false",
+        "-f",
+        "-",
+        "-o",
+        "json",
+        input=json.dumps(review),
+    )
+    assert asked.returncode == 0, asked.stderr
+    rules = json.loads(asked.stdout)["status"]["resourceRules"]
+    assert rules, "the review lists the function's rules"
+    unjudged = []
+    for rule in rules:
+        verbs = set(rule["verbs"])
+        assert "*" not in verbs, rule
+        for verb in verbs & set(WRITES):
+            for group in rule.get("apiGroups", [""]):
+                for resource in rule.get("resources", []):
+                    if resource.endswith("reviews"):  # self-subject access, rules and whoami; token
+                        continue
+                    if not judged_anywhere(group, resource, WRITES[verb]):
+                        unjudged.append((verb, group, resource))
+    assert unjudged == [], f"{function} may write these in default, and no policy judges them"
+
+
 def scraped(url: str, name: str, labels: str) -> float:
     """One sample of a function's /metrics (0 when it is not there yet)."""
     for line in requests.get(url + "metrics", timeout=10).text.splitlines():
