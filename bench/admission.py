@@ -22,21 +22,21 @@ import base64
 import json
 import os
 import statistics
-import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import requests
 
+from testbed.controlplane import kubectl
 from testbed.controlplane.startup import start_control_plane
 from testbed.processes import Supervisor
 from testbed.project import project_path
 from testbed.toolchain import ensure_all
 
 from .procfs import cpu_seconds
-from .report import Table, table
+from .report import Table, spread, table
 
 POLICY_DIR = project_path("deploy", "base", "policy")
 NAMESPACE = "default"
@@ -85,24 +85,21 @@ def prepare(writer: Writer) -> None:
     writer.create(SECRETS, {"metadata": {"name": "bench-64k"}, "data": {"blob": blob}})
 
 
-def leases(writer: Writer, n: int) -> None:
+def _stamp(i: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{i % 1000000:06d}Z"
+
+
+# By kind: the i-th write's object and merge patch (each changes the object, as a real write does).
+KINDS: dict[str, Callable[[int], tuple[str, dict[str, object]]]] = {
+    "Lease heartbeat": lambda i: (f"{LEASES}/bench-heartbeat", {"spec": {"renewTime": _stamp(i)}}),
+    "ConfigMap of 16 KiB": lambda i: (f"{CONFIGMAPS}/bench-16k", {"data": {"n": str(i)}}),
+    "Secret of 64 KiB": lambda i: (f"{SECRETS}/bench-64k", {"metadata": {"annotations": {"n": str(i)}}}),
+}
+
+
+def write(writer: Writer, kind: str, n: int) -> None:
     for i in range(n):
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{i % 1000000:06d}Z"
-        writer.patch(f"{LEASES}/bench-heartbeat", {"spec": {"renewTime": stamp}})
-
-
-def configmaps(writer: Writer, n: int) -> None:
-    for i in range(n):
-        writer.patch(f"{CONFIGMAPS}/bench-16k", {"data": {"n": str(i)}})
-
-
-def secrets(writer: Writer, n: int) -> None:
-    for i in range(n):
-        writer.patch(f"{SECRETS}/bench-64k", {"metadata": {"annotations": {"n": str(i)}}})
-
-
-def kubectl(kubectl_path: Path, kubeconfig: Path, *args: str) -> None:
-    subprocess.run([str(kubectl_path), f"--kubeconfig={kubeconfig}", *args], check=True, capture_output=True)
+        writer.patch(*KINDS[kind](i))
 
 
 def main(argv: Sequence[str]) -> list[Table]:
@@ -115,7 +112,7 @@ def main(argv: Sequence[str]) -> list[Table]:
     tools = ensure_all()
     files = policy_files()
     applied = [f"--filename={f}" for f in files]
-    kinds = {"Lease heartbeat": leases, "ConfigMap of 16 KiB": configmaps, "Secret of 64 KiB": secrets}
+    settings = {"no policy": ("delete", "--ignore-not-found"), "deploy/base/policy": ("apply", "--server-side")}
     cpu: dict[tuple[str, str], list[float]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="bench-admission-") as folder,
@@ -126,30 +123,21 @@ def main(argv: Sequence[str]) -> list[Table]:
         writer = Writer(cp.url, cp.ca_file, cp.admin_cert, cp.admin_key)
         prepare(writer)
         for _ in range(args.rounds):
-            for setting in ("no policy", "deploy/base/policy"):
-                if setting == "no policy":
-                    kubectl(cp.kubectl, cp.admin_kubeconfig, "delete", "--ignore-not-found", *applied)
-                else:
-                    kubectl(cp.kubectl, cp.admin_kubeconfig, "apply", "--server-side", *applied)
+            for setting, verb in settings.items():
+                kubectl(cp, *verb, *applied)
                 time.sleep(SETTLE_SECONDS)
-                for kind, write in kinds.items():
-                    write(writer, 50)  # a warm connection and caches
+                for kind in KINDS:
+                    write(writer, kind, 50)  # a warm connection and caches
                     before = sum(cpu_seconds(apiserver.pid))
-                    write(writer, args.writes)
+                    write(writer, kind, args.writes)
                     spent = sum(cpu_seconds(apiserver.pid)) - before
                     cpu.setdefault((kind, setting), []).append(1000 * spent / args.writes)
     rows = []
-    for kind in kinds:
-        bare = statistics.median(cpu[(kind, "no policy")])
-        policed = statistics.median(cpu[(kind, "deploy/base/policy")])
+    for kind in KINDS:
+        bare, policed = cpu[(kind, "no policy")], cpu[(kind, "deploy/base/policy")]
+        added = statistics.median(policed) - statistics.median(bare)
         rows.append(
-            (
-                kind,
-                f"{bare:.2f} ({min(cpu[(kind, 'no policy')]):.2f}-{max(cpu[(kind, 'no policy')]):.2f})",
-                f"{policed:.2f} ({min(cpu[(kind, 'deploy/base/policy')]):.2f}-"
-                f"{max(cpu[(kind, 'deploy/base/policy')]):.2f})",
-                f"{policed - bare:+.2f} ({100 * (policed - bare) / bare:+.0f}%)",
-            )
+            (kind, spread(bare), spread(policed), f"{added:+.2f} ({100 * added / statistics.median(bare):+.0f}%)")
         )
     return [
         table(

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -108,8 +109,8 @@ def go() -> str:
     return found
 
 
-def samples(path: Path) -> tuple[list[tuple[float, tuple[str, ...]]], float]:
-    """Each sample's CPU seconds with its stack (function names, leaf first), and the total."""
+def samples(path: Path) -> list[tuple[float, tuple[str, ...]]]:
+    """Each sample's CPU seconds with its stack (function names, leaf first)."""
     text = subprocess.run(
         [go(), "tool", "pprof", "-traces", str(path)], capture_output=True, text=True, check=True
     ).stdout
@@ -122,7 +123,7 @@ def samples(path: Path) -> tuple[list[tuple[float, tuple[str, ...]]], float]:
         if len(first) < 2:
             continue
         out.append((seconds_of(first[0]), (first[1], *(r.split()[0] for r in rows[1:]))))
-    return out, sum(s for s, _ in out)
+    return out
 
 
 def seconds_of(value: str) -> float:
@@ -133,16 +134,17 @@ def seconds_of(value: str) -> float:
 
 
 def layer_table(path: Path, title_context: str, kept: str, top: int = 15) -> Table:
-    stacks, total = samples(path)
+    stacks = samples(path)
+    total = sum(s for s, _ in stacks)
     if total <= 0:
         raise RuntimeError(f"{path} holds no samples")
     rows: list[Sequence[str]] = []
     for name, prefixes in LAYERS:
         spent = sum(s for s, stack in stacks if any(f.startswith(p) for f in stack for p in prefixes))
         rows.append((name, f"{spent:.2f}", f"{100 * spent / total:.0f}%"))
-    flat: dict[str, float] = {}
+    flat: defaultdict[str, float] = defaultdict(float)
     for s, stack in stacks:
-        flat[stack[0]] = flat.get(stack[0], 0.0) + s
+        flat[stack[0]] += s
     leaves = sorted(flat.items(), key=lambda kv: -kv[1])[:top]
     return table(
         f"Where kube-apiserver's CPU went ({title_context}; pprof, by layer a sample passes through)",

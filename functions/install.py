@@ -160,19 +160,18 @@ def _install(
     claims.claim_cloud_space(kube, tenant)
     names = tenant.spec.names
     kept = settings.isolation.kept_labels()
+    labelled = namespace_labels(tenant) | kept
     # A Tenant that never had a namespace recorded creates it without reading first (one request
     # less per new Tenant); a 409 is judged as any namespace found. Any other reads first.
-    created = not tenant.status.namespace and kube.create_namespace(
-        names.namespace, namespace_labels(tenant) | kept
-    )
+    created = not tenant.status.namespace and kube.create_namespace(names.namespace, labelled)
     namespace, labels = (Verdict(Claim.OURS), None) if created else claims.namespace_claim(kube, tenant)
     if namespace.claim == Claim.FREE:
-        if created := kube.create_namespace(names.namespace, namespace_labels(tenant) | kept):
+        if created := kube.create_namespace(names.namespace, labelled):
             labels = None
         else:  # made by someone else just now: judge it
             namespace, labels = claims.namespace_claim(kube, tenant)
     if namespace.claim == Claim.ADOPT:
-        kube.label_namespace(names.namespace, namespace_labels(tenant) | kept)
+        kube.label_namespace(names.namespace, labelled)
         log.info("namespace made before ownership labels adopted", extra={"namespace": names.namespace})
     elif namespace.claim == Claim.OURS and labels is not None:
         access.keep_labels(kube, names.namespace, labels, kept)

@@ -507,8 +507,13 @@ def test_no_policy_takes_every_write_of_the_cluster() -> None:
 
 
 SCOPED = ("tenant-install", "tenant-cleanup", "tenant-store-kubeconfig")
-OPERATIONS = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
-OPERATIONS["deletecollection"] = "DELETE"
+OPERATIONS = {
+    "create": "CREATE",
+    "update": "UPDATE",
+    "patch": "UPDATE",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
 # Reviews are asked, not stored: a create of one writes nothing (the functions check senders' tokens).
 REVIEWS = {("authentication.k8s.io", "tokenreviews"), ("authorization.k8s.io", "selfsubjectaccessreviews")}
 # Groups every ServiceAccount of kubeopera-system is in: a grant to one is a grant to the three.
