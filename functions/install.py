@@ -5,7 +5,8 @@ Takes ``io.kubeopera.tenant.install``: the router's (a Tenant change that is wor
 Failed (it waits for a patch to Pending), being deleted (cleanup's work), or already provisioned
 for its current generation (``lifecycle.install_skip_reason``). Otherwise, in this order:
 
-1. a Tenant seen for the first time is written as phase Pending;
+1. a Failed Tenant patched to Pending by hand is marked as a retry (``reconcile.first_sight``);
+   a new one needs no status write, since it reads Pending from the CRD's default;
 2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
    always waits for cleanup; then steps 3 to 7 run holding the namespace's work lock
    (``shared.steps.locks``: one install or cleanup of ``vcluster-{tenantName}`` at a time across every

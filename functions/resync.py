@@ -10,8 +10,9 @@ the broker (``K_SINK``), exactly as the chain would have:
 ========================================================  =========================================
 the Tenant                                                re-drive
 ========================================================  =========================================
-no status, Pending, a generation not yet observed, or     ``io.kubeopera.tenant.install``
-settled by the version before ownership (no finalizer)
+Pending (a new Tenant's is the CRD's default), a          ``io.kubeopera.tenant.install``
+generation not yet observed, or settled by the version
+before ownership (no finalizer)
 Provisioning at its generation, its poll quiet (no          ``io.kubeopera.tenant.provisioning``
 ``lastPolledAt`` or ``lastSyncedAt`` for 6 polls)
 Provisioning, or Pending (install never got it to         resync fails it (``ProvisionTimeout``)
@@ -91,7 +92,7 @@ from shared.runtime import Cluster, EventSender, Runtime
 from shared.settings import Settings
 from shared.steps import availability, certificates
 from shared.steps import rollout as waves
-from shared.steps.reconcile import first_sight, mark_failed, write_status
+from shared.steps.reconcile import mark_failed, write_status
 
 NAME = "resync"
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def decide(tenant: Tenant, now: datetime, settings: Settings, drift: Drift | Non
         return None
     if status.phase == Phase.FAILED:
         return None
-    if lifecycle.wants_install(tenant):  # no phase, Pending, a new generation, or no finalizer
+    if lifecycle.wants_install(tenant):  # Pending, a new generation, or no finalizer
         if status.phase == Phase.PENDING and lifecycle.timed_out(tenant, now, settings.provision_timeout_seconds):
             return Redrive.TIMEOUT  # install was asked, and never got it to Provisioning
         return Redrive.INSTALL
@@ -479,7 +480,7 @@ class Tally:
     def add(self, tenants: Sequence[Tenant], drifts: Mapping[str, Drift]) -> None:
         for tenant in tenants:
             self.uids.add(tenant.uid)
-            self.phases[(tenant.status.phase or Phase.PENDING).value] += 1  # no status yet: Pending, as kubectl shows
+            self.phases[tenant.status.phase.value] += 1
         for key, drift in drifts.items():
             self.looked_closely += drift.looked_closely
             if drift.expires is not None:
@@ -703,10 +704,18 @@ def _redrive(
         message = lifecycle.timeout_message(elapsed, settings.provision_timeout_seconds, detail, phase)
         mark_failed(kube, tenant.ref, message, ProvisionTimeout.reason)
         return ()
-    if action == Redrive.INSTALL and tenant.status.phase is None and not tenant.deleting:
-        # Pending from now, as install's first sight writes it: the provision timeout counts from
-        # here if install never gets to it (its events lost, its Trigger gone).
-        first_sight(kube, tenant)
+    if action == Redrive.INSTALL and lifecycle.unwritten(tenant) and not tenant.deleting:
+        # A Tenant no step has written (its events lost, the pipeline down when it was made): its
+        # provision timeout counts from now, when install is asked for it, should install never
+        # get to it (lifecycle.provision_started). Still Pending: no Event. (An install delivery at
+        # work on it meanwhile meets a Conflict on its next status write and runs its step again.)
+        write_status(
+            kube,
+            tenant,
+            StatusUpdate(
+                phase=Phase.PENDING, fields={"message": "waiting for install", "lastSyncedAt": rfc3339(utcnow())}
+            ),
+        )
     if action == Redrive.CLEANUP:
         # install first: for a Tenant made before install granted cleanup its reads in the
         # namespace, it grants them (access.grant_if_ours); for any other it reads and leaves.

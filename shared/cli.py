@@ -80,7 +80,7 @@ def retry(kube: Kube, namespace: str, name: str) -> str:
         if tenant is None:
             raise SystemExit(f"error: tenant {namespace}/{name} not found")
         if tenant.status.phase != Phase.FAILED:
-            phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+            phase = tenant.status.phase.value
             raise SystemExit(
                 f"error: tenant {namespace}/{name} is {phase}, not Failed; only a Failed tenant is retried"
             )
@@ -106,7 +106,7 @@ def rollout_table(tenants: Sequence[Tenant], found: waves.Slots) -> str:
             (
                 tenant.name,
                 states[tenant.key].value,
-                (tenant.status.phase or Phase.PENDING).value,
+                tenant.status.phase.value,
                 tenant.status.chart_version or "-",
                 tenant.status.values_digest or "-",
                 held,

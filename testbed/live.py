@@ -41,7 +41,7 @@ class LiveView:
             except TenantError:
                 continue
             self.first_seen.setdefault(tenant.name, time.monotonic())
-            phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+            phase = tenant.status.phase.value
             if self.phases.get(tenant.name) != phase:
                 self.phases[tenant.name] = phase
                 message = f": {tenant.status.message}" if tenant.status.message else ""

@@ -10,12 +10,12 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
 
 - ``is_settled``: install's work for this generation is done (Provisioning or Ready at its
   generation, with its release installed);
-- ``wants_install``: install has work (a new generation, Pending, no phase, a settled Tenant
-  without the finalizer: provisioned by the version before ownership), unless it is Failed
-  (it waits for a person) or being deleted (cleanup's work);
+- ``wants_install``: install has work (a new generation, Pending, a settled Tenant without the
+  finalizer: provisioned by the version before ownership), unless it is Failed (it waits for a
+  person) or being deleted (cleanup's work);
 - ``wants_cleanup``: being deleted with our finalizer on, and cleanup has not given up;
-- ``accepted_by_install``: the Pending install writes the first time it sees a Tenant (no
-  conditions yet): install is already on it;
+- ``accepted_by_install``: install's first write to a Tenant (the finalizer on a new one, still
+  in the Pending the CRD gives it; the retry it accepts): install is already on it;
 - ``next_step``: what the router sends for a Tenant change (install, cleanup or nothing);
 - ``failed_since``: when the Tenant's last failure or retry was recorded (dead-letter ignores an
   event made before it: the step recorded its own failure, or a retry has superseded it);
@@ -30,9 +30,11 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
   poll or its look at the vCluster's change, whichever first): the other sends nothing;
 - ``provision_started``, ``provision_elapsed``, ``timed_out`` and ``timeout_message``: the
   provision timeout, as check-ready and resync both judge it, counted from the ``lastSyncedAt`` of
-  the write that began the phase: install's Provisioning, or the Pending that install's first
-  sight, a retry, or resync's re-install wrote. Pending counts too: a Tenant that install never
-  gets to provision (its deliveries lost, its Trigger gone) is Failed, not Pending for ever.
+  the write that began the phase: install's Provisioning, or the Pending that a retry or
+  resync's re-install wrote, or resync's mark on a new Tenant it found that no step had written
+  (``unwritten``: its Pending is the CRD's default). Pending counts too: a Tenant that install
+  never gets to provision (its deliveries lost, its Trigger gone) is Failed, not Pending for
+  ever.
 """
 
 from __future__ import annotations
@@ -203,20 +205,31 @@ def wants_install(tenant: Tenant) -> bool:
     return install_skip_reason(tenant) is None
 
 
+def unwritten(tenant: Tenant) -> bool:
+    """Has no step written this Tenant's status yet? A new Tenant reads Pending from the CRD's
+    default (deploy/crd/tenants.yaml), with no condition and no ``lastSyncedAt``."""
+    status = tenant.status
+    return status.phase == Phase.PENDING and not status.conditions and not status.last_synced_at
+
+
 def accepted_by_install(tenant: Tenant) -> bool:
-    """A Pending install wrote when it first saw the Tenant, before anything else: for a new
-    Tenant, phase Pending with no condition yet, at the generation it was created with (1); for a
-    Failed one patched to Pending by hand, Ready=False ``RetryAccepted``. Every other Pending is
-    someone else's: ``kubeopera-tenants retry``'s (``RetryRequested``), a hand retry not yet seen
+    """Is this change install's own first write to the Tenant, so that install is on it already?
+    For a new Tenant, which reads Pending from the CRD's default with no write (no condition, no
+    ``lastSyncedAt``), that write is the finalizer, at the generation it was created with (1)
+    (before this version install wrote the Pending, with a ``lastSyncedAt``, and then the
+    finalizer: either is its own); for a Failed one patched to Pending by hand, Ready=False
+    ``RetryAccepted``. Every other Pending is someone else's: a new Tenant's creation (no
+    finalizer yet), ``kubeopera-tenants retry``'s (``RetryRequested``), a hand retry not yet seen
     (the failure's reason), resync's for a Ready Tenant whose release is gone (the conditions of
-    Ready). So install's own write, and the finalizer it adds next, need no further install: the
+    Ready). So install's own write, and what it writes next, need no further install: the
     delivery that wrote them is at work (if it dies, the broker re-delivers its event, and resync
-    re-drives a Tenant left Pending). A spec edited meanwhile is a new generation, and goes to
+    re-drives a Tenant left Pending). A Tenant created with our finalizer already on (a restore)
+    so waits for resync's next tick. A spec edited meanwhile is a new generation, and goes to
     install: the delivery at work may have read the old one."""
     if tenant.status.phase != Phase.PENDING:
         return False
     if not tenant.status.conditions:
-        return tenant.generation == 1
+        return tenant.generation == 1 and (tenant.has_finalizer or bool(tenant.status.last_synced_at))
     ready = tenant.status.condition(COND_READY)
     return ready is not None and ready.status == "False" and ready.reason == RETRY_ACCEPTED_REASON
 
@@ -302,8 +315,10 @@ def ready_announced(tenant: Tenant, now: datetime, poll_seconds: int) -> bool:
 def provision_started(tenant: Tenant) -> datetime | None:
     """When the phase that counts toward the provision timeout began, None when unknown (never
     timed out then, only checked): a Provisioning Tenant's ``lastSyncedAt`` (install's), a Pending
-    one's (install's first sight, a retry's, or resync's re-install), unless it is a retry by hand
-    that install has not seen yet (its time is the failure's)."""
+    one's (a retry's, resync's re-install, or resync's mark on a Tenant no step had written,
+    ``unwritten``), unless it is a retry by hand that install has not seen yet (its time is the
+    failure's). Never the creation: Tenants made while the pipeline was down count from when
+    install was asked for them, not from before."""
     if tenant.status.phase == Phase.PROVISIONING or (
         tenant.status.phase == Phase.PENDING and not unacknowledged_retry(tenant)
     ):

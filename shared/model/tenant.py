@@ -122,7 +122,9 @@ class Condition:
 
 @dataclass(frozen=True)
 class TenantStatus:
-    phase: Phase | None = None
+    # Pending when the object has none: the CRD's default (deploy/crd/tenants.yaml), which the API
+    # server applies to every Tenant it returns; only an object that did not come from it lacks one.
+    phase: Phase = Phase.PENDING
     vcluster_name: str = ""
     namespace: str = ""
     kubeconfig_secret: str = ""
@@ -207,11 +209,10 @@ class Tenant:
             )
         except KeyError as missing:
             raise PermanentError(f"Tenant {meta.get('name')!r} lacks spec.{missing.args[0]}") from None
-        phase_raw = status.get("phase")
         try:
-            phase = Phase(phase_raw) if phase_raw else None
-        except ValueError:
-            phase = None
+            phase = Phase(status.get("phase") or Phase.PENDING)
+        except ValueError:  # the CRD's enum refuses it; read as the default
+            phase = Phase.PENDING
         return cls(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),

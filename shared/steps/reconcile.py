@@ -43,20 +43,14 @@ MESSAGE_MAX = 1024
 
 
 def first_sight(kube: TenantStore, tenant: Tenant) -> Tenant:
-    """Install's first write for a Tenant, before anything else: a Tenant never seen before (no
-    phase) is written as Pending; a Failed one patched to Pending by hand is marked as a retry
-    (``RetryAccepted``, ``lastSyncedAt`` now), so that its provision timeout and dead letters count
-    from the retry, not from the failure it kept."""
-    if tenant.status.phase is None:
-        update = StatusUpdate(
-            phase=Phase.PENDING,
-            fields={"message": "accepted; waiting for install", "lastSyncedAt": rfc3339(utcnow())},
-        )
-    elif lifecycle.unacknowledged_retry(tenant):
-        update = retry_update(tenant, lifecycle.RETRY_ACCEPTED_REASON, "retry accepted")
-    else:
+    """Install's first status write for a Tenant, before anything else: a Failed one patched to
+    Pending by hand is marked as a retry (``RetryAccepted``, ``lastSyncedAt`` now), so that its
+    provision timeout and dead letters count from the retry, not from the failure it kept. A new
+    Tenant needs none: it reads Pending from the CRD's default since its creation, from which its
+    provision timeout counts (``lifecycle.provision_started``)."""
+    if not lifecycle.unacknowledged_retry(tenant):
         return tenant
-    return write_status(kube, tenant, update)
+    return write_status(kube, tenant, retry_update(tenant, lifecycle.RETRY_ACCEPTED_REASON, "retry accepted"))
 
 
 def retry_update(tenant: Tenant, reason: str, what: str) -> StatusUpdate:
@@ -93,12 +87,9 @@ def live_tenant(kube: TenantStore, ref: TenantRef) -> Tenant | None:
 def write_status(kube: TenantStore, tenant: Tenant, update: StatusUpdate) -> Tenant:
     updated = kube.patch_tenant_status(tenant, update)
     before, after = tenant.status.phase, updated.status.phase
-    if after is not None and before != after:
-        metrics.PHASE_TRANSITIONS.labels(before.value if before else "", after.value).inc()
-    log.info(
-        "status written",
-        extra={"phase": updated.status.phase.value if updated.status.phase else "", "generation": tenant.generation},
-    )
+    if before != after:
+        metrics.PHASE_TRANSITIONS.labels(before.value, after.value).inc()
+    log.info("status written", extra={"phase": after.value, "generation": tenant.generation})
     event = update.event_for(tenant)
     if event is not None:
         kube.record_event(updated, event)

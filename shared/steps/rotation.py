@@ -87,7 +87,7 @@ def refusal(tenant: Tenant | None, ref: str) -> str | None:
     if tenant.deleting:
         return f"tenant {ref} is being deleted"
     if tenant.status.phase != Phase.READY:
-        phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+        phase = tenant.status.phase.value
         return f"tenant {ref} is {phase}, not Ready; only a Ready tenant's certificates are rotated"
     return None
 
@@ -100,7 +100,7 @@ def progress(tenant: Tenant | None, stored: bytes | None, old_certificate: bytes
     if tenant.status.phase == Phase.FAILED:
         return Progress(failed=f"the tenant is Failed: {tenant.status.message}")
     if tenant.status.phase != Phase.READY:
-        phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+        phase = tenant.status.phase.value
         return Progress(waiting_for=f"the tenant to be Ready again (it is {phase}: {tenant.status.message})")
     certificate = client_certificate(stored)
     if certificate is None:

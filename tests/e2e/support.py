@@ -87,7 +87,7 @@ def tenant_yaml(
 
 def phase_of(kube: Kube, name: str, phase: str) -> Tenant | None:
     tenant = kube.get_tenant(TENANT_NAMESPACE, name)
-    if tenant is not None and tenant.status.phase is not None and tenant.status.phase.value == phase:
+    if tenant is not None and tenant.status.phase.value == phase:
         return tenant
     return None
 

@@ -28,7 +28,7 @@ import requests
 
 from shared.adapters.kube import Kube
 from shared.delivery import events
-from shared.model import event_types
+from shared.model import event_types, lifecycle
 from shared.model.tenant import Tenant, parse_time, utcnow
 from shared.steps.locks import work_lock
 from testbed.admin_kube import AdminKube
@@ -250,11 +250,13 @@ def test_adapter_down_while_a_tenant_is_created(pipeline: Stack, kube: Kube, ada
     pipeline.kubectl("apply", "-f", "-", input=tenant_yaml("fa-adapter", cs(1)))
     time.sleep(3)
     tenant = kube.get_tenant(TENANT_NAMESPACE, "fa-adapter")
-    assert tenant is not None and tenant.status.phase is None, "with the adapter down nothing saw the Tenant"
+    assert tenant is not None and lifecycle.unwritten(tenant), "with the adapter down nothing saw the Tenant"
+    assert tenant.status.phase == "Pending" and not tenant.has_finalizer, "Pending is the CRD's default"
     start_adapter_again(pipeline)  # it sends nothing for objects that already exist
     time.sleep(3)
     tenant = kube.get_tenant(TENANT_NAMESPACE, "fa-adapter")
-    assert tenant is not None and tenant.status.phase is None, "the restarted adapter does not replay"
+    assert tenant is not None and lifecycle.unwritten(tenant), "the restarted adapter does not replay"
+    assert not tenant.has_finalizer
     tick(pipeline)
     report("adapter down while a Tenant is created", ready(kube, "fa-adapter"), started)
 
@@ -656,7 +658,7 @@ def test_kubeopera_api_down_then_up(pipeline: Stack, kube: Kube) -> None:
         return now if now is not None and now.status.is_true("CallbackDelivered", now.generation) else None
 
     tenant = wait_for("the callback delivered after kubeopera-api came back", delivered, timeout=30)
-    assert tenant.status.phase is not None and tenant.status.phase.value == "Ready"
+    assert tenant.status.phase.value == "Ready"
     bodies = [json.loads(r.body) for r in pipeline.api.requests() if r.path.endswith(cs(6))]
     assert bodies[-1]["status"] == "active"
     report("kubeopera-api down, then up", tenant, started)
@@ -706,16 +708,23 @@ def test_a_live_poll_is_left_alone_by_resync(pipeline: Stack, kube: Kube) -> Non
     report("a live poll chain, resync's passes during it: one chain, failed at the timeout", failed, started)
 
 
+def marked(kube: Kube, name: str) -> Tenant | None:
+    """The Tenant once a step (here: resync) has written its status, still Pending."""
+    tenant = kube.get_tenant(TENANT_NAMESPACE, name)
+    return tenant if tenant is not None and tenant.status.phase == "Pending" and tenant.status.last_synced_at else None
+
+
 def test_a_tenant_install_never_gets_is_failed_at_the_timeout_and_a_retry_provisions_it(
     pipeline: Stack, kube: Kube
 ) -> None:
     """Issue 26 item 2: tenant-install's Trigger takes nothing (its filter broken by mistake), so
-    the router's install event is dropped and nothing sees the Tenant. resync's pass writes it Pending (from
-    then its provision timeout counts) and re-drives install, dropped too; the first pass past the
-    timeout fails it, saying install never got to it. Before, it stayed without a phase, re-driven
-    every pass, for ever. With the filter back, a retry by hand (only the phase patched to Pending,
-    as the original operator's runbook has it) provisions it: install marks the retry, so its clock
-    starts again (the failure's time is long past the timeout)."""
+    the router's install event is dropped and nothing sees the Tenant: it is Pending only by the
+    CRD's default. resync's pass marks it (``lastSyncedAt``: from then its provision timeout
+    counts) and re-drives install, dropped too; the first pass past the timeout fails it, saying
+    install never got to it. Before issue 26, it stayed without a phase, re-driven every pass, for
+    ever. With the filter back, a retry by hand (only the phase patched to Pending, as the original
+    operator's runbook has it) provisions it: install marks the retry, so its clock starts again
+    (the failure's time is long past the timeout)."""
     name = "fa-no-install"
     started = time.monotonic()
     with trigger_filtered_away(pipeline, "tenant-install"):
@@ -729,11 +738,12 @@ def test_a_tenant_install_never_gets_is_failed_at_the_timeout_and_a_retry_provis
         )
         assert pipeline.watch.wait_idle(60)
         tenant = kube.get_tenant(TENANT_NAMESPACE, name)
-        assert tenant is not None and tenant.status.phase is None, "no install took its event"
+        assert tenant is not None and lifecycle.unwritten(tenant), "no install took its event"
+        assert not tenant.has_finalizer
         tick(pipeline)
-        pending = wait_for(f"{name} Pending", lambda: phase_of(kube, name, "Pending"), timeout=30)
+        pending = wait_for(f"{name} marked by resync", lambda: marked(kube, name), timeout=30)
         accepted = parse_time(pending.status.last_synced_at)
-        assert accepted is not None and pending.status.message == "accepted; waiting for install"
+        assert accepted is not None and pending.status.message == "waiting for install"
         wait_for(
             "the provision timeout to pass",
             lambda: time.time() - accepted.timestamp() > TIMEOUT_SECONDS + 1,
@@ -742,7 +752,7 @@ def test_a_tenant_install_never_gets_is_failed_at_the_timeout_and_a_retry_provis
         tick(pipeline)
         failed = wait_for(f"{name} Failed", lambda: phase_of(kube, name, "Failed"), timeout=30)
     assert failed.status.message.startswith("still Pending "), failed.status.message
-    assert failed.status.message.endswith("found by resync; last: accepted; waiting for install")
+    assert failed.status.message.endswith("found by resync; last: waiting for install")
     condition = failed.status.condition("Ready")
     assert condition is not None and condition.reason == "ProvisionTimeout"
     report("install's Trigger takes nothing: Pending, failed at the timeout by resync", failed, started)

@@ -190,10 +190,11 @@ def test_everything_a_tenant_makes_carries_its_identity(pipeline: Stack, bob: Te
 
 
 def test_a_full_life_shows_in_kubectl_describe(pipeline: Stack, bob: Tenant) -> None:
-    assert reasons(pipeline, "bob-dev") == ["Pending", "Provisioning", "Ready"]
+    # Pending is the CRD's default from the Tenant's creation: no step writes it, so no Event
+    assert reasons(pipeline, "bob-dev") == ["Provisioning", "Ready"]
     described = pipeline.kubectl("describe", "kt", "bob-dev", "-n", TENANT_NAMESPACE)
     events = described.split("Events:", 1)[1]
-    for reason in ("Pending", "Provisioning", "Ready"):
+    for reason in ("Provisioning", "Ready"):
         assert f"  {reason}  " in events, described
     assert "tenant-install" in events and "tenant-notify-api" in events
 
@@ -211,7 +212,7 @@ def test_reusing_a_tenant_name_fails_and_changes_nothing_of_the_owner(pipeline: 
     assert snapshot(pipeline, "bob-dev", CS_BOB) == before
     assert not exists(pipeline, "secret", f"tenant-{CS_BOB_DUP}-kubeconfig", "-n", TENANT_NAMESPACE)
     assert patches_for(pipeline, CS_BOB_DUP) == []
-    assert reasons(pipeline, "bob-dup") == ["Pending", "OwnershipConflict"]
+    assert reasons(pipeline, "bob-dup") == ["OwnershipConflict"]
     warning = tenant_events(pipeline, "bob-dup")[-1]
     assert warning["type"] == "Warning" and "already used by Tenant kubeopera-system/bob-dev" in warning["message"]
 
@@ -527,7 +528,7 @@ def test_a_vcluster_up_but_unusable_stays_provisioning_saying_why_then_fails_at_
             ),
             timeout=60,
         )
-        assert waiting.status.phase is not None and waiting.status.phase.value == "Provisioning"
+        assert waiting.status.phase.value == "Provisioning"
         ready = waiting.status.condition("Ready")
         assert ready is not None and (ready.status, ready.reason) == ("False", "VClusterNotServing")
         assert words in ready.message

@@ -222,7 +222,7 @@ def test_applying_the_same_tenant_again_changes_nothing(pipeline: Stack, kube: K
     )
     assert secret_after["metadata"]["resourceVersion"] == secret_before["metadata"]["resourceVersion"]
     again = kube.get_tenant(TENANT_NAMESPACE, "alice-default")
-    assert again is not None and again.status.phase is not None and again.status.phase.value == "Ready"
+    assert again is not None and again.status.phase.value == "Ready"
     new = pipeline.watch.deliveries()[attempts_before:]
     assert {a.trigger for a in new} >= {"tenant-router", "tenant-store-kubeconfig", "tenant-notify-api"}
     assert "tenant-install" not in {a.trigger for a in new}, "the router sent a settled Tenant's change nowhere"

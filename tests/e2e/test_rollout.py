@@ -113,7 +113,7 @@ def at_rest(kube: Kube, failed: AbstractSet[str] = frozenset()) -> dict[str, Ten
     """The fleet when nothing moves: ``failed`` Failed, every other Tenant Ready."""
     now = tenants(kube)
     for name, tenant in now.items():
-        phase = tenant.status.phase.value if tenant.status.phase else "Pending"
+        phase = tenant.status.phase.value
         if phase != ("Failed" if name in failed else "Ready"):
             return None
     return now

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes import watch
 
-from shared.model.tenant import Tenant
+from shared.model import event_types, lifecycle
+from shared.model.tenant import GROUP, PLURAL, VERSION, Tenant
 from shared.model.values import vcluster_values
 
 from .tenant_objects import admitted, create, refused, tenant_body
@@ -238,3 +240,37 @@ def test_a_tenant_name_is_at_most_63_characters_a_label_value(
         f'Tenant.kubeopera.io "{name}" is invalid: <nil>: Invalid value: "object": '
         "metadata.name must be at most 63 characters (it is the value of the label kubeopera.io/owner-name)"
     )
+
+
+def test_a_new_tenant_reads_pending_with_no_write_in_every_answer(
+    custom_objects: k8s.CustomObjectsApi, namespace: str
+) -> None:
+    """Issue 29: a new Tenant's Pending is the CRD's default, not a status write. The API server
+    puts it into the create's answer, every read, and the watch events the ApiServerSource sends
+    on (which the router judges: ``lifecycle.accepted_by_install``); a status whose phase is
+    removed reads Pending again."""
+    listed = custom_objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    since = listed["metadata"]["resourceVersion"]
+    made = admitted(create(custom_objects, namespace, tenant_body("defaulted")))
+    assert made["status"] == {"phase": "Pending"}, "the create's answer"
+    read = custom_objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "defaulted")
+    assert read["status"] == {"phase": "Pending"} and read["metadata"]["generation"] == 1
+    stream = watch.Watch().stream(
+        custom_objects.list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        resource_version=since,
+        field_selector="metadata.name=defaulted",
+        timeout_seconds=10,
+    )
+    added = next(e for e in stream if e["type"] == "ADDED")
+    assert added["object"]["status"] == {"phase": "Pending"}, "the watch event"
+    tenant = Tenant.from_object(added["object"])
+    assert lifecycle.unwritten(tenant) and lifecycle.next_step(tenant) == event_types.INSTALL
+
+    cleared = custom_objects.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "defaulted", {"status": {"phase": None}}  # a merge patch: removed
+    )
+    assert cleared["status"] == {"phase": "Pending"}

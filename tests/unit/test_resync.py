@@ -51,7 +51,6 @@ from shared.model.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc333
 from shared.runtime import Runtime
 from shared.settings import Settings
 from shared.steps import access, certificates
-from shared.steps.reconcile import first_sight
 from testbed.controlplane import pki
 from testbed.local.ticker import ping_event
 from testbed.standins.vcluster import Identity, kubeconfig_for
@@ -126,7 +125,7 @@ def status(
 
 
 def pending(ago: float) -> dict[str, Any]:
-    """Pending as install's first sight writes it, ``ago`` seconds before ``NOW``."""
+    """Pending with a time, as resync marks a Tenant no step had written, ``ago`` seconds before ``NOW``."""
     return {"phase": "Pending", "lastSyncedAt": rfc3339(NOW - timedelta(seconds=ago)), "message": "accepted"}
 
 
@@ -566,7 +565,7 @@ Scenario = Callable[[FakeKube, FakeHelm], tuple[str, datetime | None]]
 
 
 def first_event_lost(kube: FakeKube, helm: FakeHelm) -> tuple[str, datetime | None]:
-    kube.add_tenant(tenant_object("bob-dev", CS_BOB))  # the ApiServerSource was down: no status at all
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB))  # the ApiServerSource was down: the CRD's Pending only
     return event_types.INSTALL, None
 
 
@@ -653,10 +652,10 @@ def test_each_drift_sends_exactly_its_steps_event(
     counts = resync(kube, sink, SETTINGS, now=now)
 
     assert counts == {redrive: 1}
-    # a re-drive by event writes nothing itself, but for a Tenant no step has seen: Pending, from
-    # when the provision timeout counts should install never get to it
-    first_sight_write = [("status", f"{BOB_KEY}:Pending"), ("event", "Pending")] if scenario is first_event_lost else []
-    assert kube.journal[mark:] == first_sight_write
+    # a re-drive by event writes nothing itself, but for a Tenant no step has written: the time
+    # from which the provision timeout counts, should install never get to it (still Pending: no Event)
+    mark_write = [("status", f"{BOB_KEY}:Pending")] if scenario is first_event_lost else []
+    assert kube.journal[mark:] == mark_write
     # a deletion's re-drive goes to install first (it grants cleanup its reads there, for a
     # Tenant made before those grants; access.grant_if_ours), then to cleanup
     before = [event_types.INSTALL] if redrive == "CLEANUP" else []
@@ -731,9 +730,11 @@ def test_a_tenant_install_never_got_to_provisioning_is_failed_at_the_timeout(
 ) -> None:
     """Issue 26 item 2: install accepted the Tenant (Pending) and then never provisioned it (its
     deliveries lost, its Trigger taking nothing, its dead letter lost too). resync re-drove it each pass;
-    past ``PROVISION_TIMEOUT_SECONDS`` from install's first sight it is Failed, saying so."""
-    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
-    first_sight(kube, Tenant.from_object(obj))
+    past ``PROVISION_TIMEOUT_SECONDS`` from the first pass that found it it is Failed, saying so.
+    A Tenant no step has written is Pending from the CRD's default, with no time: the first pass
+    marks one, from when install was asked for it, not from its creation."""
+    kube.add_tenant(tenant_object("bob-dev", CS_BOB, finalizers=[FINALIZER]))  # install took it, then nothing
+    assert resync(kube, sink, SETTINGS, now=NOW + timedelta(days=7)) == {"INSTALL": 1}, "made long ago: not timed out"
     accepted = synced_at(kube)
 
     assert resync(kube, sink, SETTINGS, now=accepted + timedelta(seconds=TIMEOUT)) == {"INSTALL": 1}
@@ -744,7 +745,7 @@ def test_a_tenant_install_never_got_to_provisioning_is_failed_at_the_timeout(
     failed = live(kube).status
     assert failed.message == (
         f"still Pending {TIMEOUT + 1}s after install was asked for it (PROVISION_TIMEOUT_SECONDS={TIMEOUT}): "
-        "found by resync; last: accepted; waiting for install"
+        "found by resync; last: waiting for install"
     )
     ready_cond = failed.condition("Ready")
     assert ready_cond is not None and (ready_cond.status, ready_cond.reason) == ("False", "ProvisionTimeout")
@@ -870,8 +871,8 @@ def test_a_sink_failure_propagates_as_temporary(kube: FakeKube) -> None:
         resync(kube, FakeSink(failure=failure), SETTINGS)
 
     assert caught.value is failure
-    # the Tenant no step had seen is Pending (from when its timeout counts); the send then failed
-    assert kube.journal == [("status", f"{BOB_KEY}:Pending"), ("event", "Pending")]
+    # the Tenant no step had written is marked (from when its timeout counts); the send then failed
+    assert kube.journal == [("status", f"{BOB_KEY}:Pending")]
 
 
 def test_one_tenant_whose_write_fails_does_not_stop_the_pass_for_the_others(
@@ -954,7 +955,7 @@ def test_notify_keeps_resending_while_kubeopera_api_refuses(kube: FakeKube, helm
         assert len(down.reports) == 1 + attempt
         still = live(kube).status
         assert still.phase == "Ready" and not still.is_true("CallbackDelivered", 1)
-    assert kube.event_reasons() == ["Pending", "Provisioning", "Ready"]
+    assert kube.event_reasons() == ["Provisioning", "Ready"]
 
 
 def test_notify_does_not_reannounce_a_ready_tenant_whose_callback_was_delivered(kube: FakeKube, helm: FakeHelm) -> None:
@@ -1430,3 +1431,4 @@ def test_drift_on_any_page_is_re_driven_and_the_gauges_count_every_page(
     phases = {p: REGISTRY.get_sample_value("kubeopera_tenants", {"phase": p}) for p in ("Ready", "Failed")}
     assert phases == {"Ready": 4, "Failed": 1}, "as listed, every page"
     assert (vclusters_counted("true"), vclusters_counted("false")) == (3, 0), "those with a StatefulSet, observed"
+

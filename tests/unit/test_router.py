@@ -85,7 +85,12 @@ def marked_retry(reason: str) -> dict[str, Any]:
 ROWS = [
     # (object, event type, what the router sends)
     pytest.param(tenant(None, finalizer=False), ADD, event_types.INSTALL, id="new"),
-    pytest.param(tenant({"phase": "Pending"}, finalizer=False), UPDATE, None, id="install-first-sight"),
+    # a new Tenant as the API server returns it: Pending, the CRD's default, written by no one
+    pytest.param(tenant({"phase": "Pending"}, finalizer=False), ADD, event_types.INSTALL, id="new-as-defaulted"),
+    # install's first write, the finalizer (before this version: a Pending with a time, then that)
+    pytest.param(
+        tenant({"phase": "Pending", "lastSyncedAt": NOW}, finalizer=False), UPDATE, None, id="install-first-sight"
+    ),
     pytest.param(tenant({"phase": "Pending"}), UPDATE, None, id="install-added-the-finalizer"),
     pytest.param(tenant({"phase": "Pending"}, generation=2), UPDATE, event_types.INSTALL, id="edited-while-first-seen"),
     pytest.param(tenant(settled("Provisioning")), UPDATE, None, id="provisioning"),
@@ -291,7 +296,7 @@ LATER = "2026-12-02T12:20:00Z"  # 1,200 s after NOW: past the default PROVISION_
     [
         pytest.param(None, None, False, id="no-status"),
         pytest.param({"phase": "Pending"}, None, False, id="pending-without-a-time"),
-        pytest.param({"phase": "Pending", "lastSyncedAt": NOW}, NOW, True, id="first-sight"),
+        pytest.param({"phase": "Pending", "lastSyncedAt": NOW}, NOW, True, id="marked-by-resync"),
         pytest.param({"phase": "Pending", "lastSyncedAt": NOW, "conditions": [READY]}, NOW, True, id="resync-pending"),
         pytest.param(retried("ProvisionTimeout"), None, False, id="retried-by-hand-not-yet-seen"),
         pytest.param(marked_retry("RetryRequested"), NOW, True, id="retried-by-the-cli"),
