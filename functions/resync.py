@@ -25,6 +25,8 @@ Ready, its reads in the Tenant's namespace refused (403)  ``io.kubeopera.tenant.
 being deleted, cleanup never started or stalled           ``io.kubeopera.tenant.cleanup``
 gone, its vcluster-* namespace left behind (a finalizer    ``io.kubeopera.tenant.cleanup`` with
 removed by hand), older than ``ORPHAN_GRACE_SECONDS``      ``orphan``: cleanup removes it
+its namespace without a label install keeps there (Pod    ``io.kubeopera.tenant.install``, which
+Security, ``kubeopera.io/managed-by``)                    puts it back
 Failed (waiting for a person), or Ready with no drift     nothing
 ========================================================  =========================================
 
@@ -85,7 +87,8 @@ from shared.model.naming import (
     VCLUSTER_CONFIG_KEY,
     tenant_name_in,
 )
-from shared.model.ownership import orphaned_by
+from shared.model.ownership import orphaned_by, owner_of
+from shared.model.rbac import has_labels
 from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
 from shared.observability import logs, metrics
 from shared.runtime import Cluster, EventSender, Runtime
@@ -401,7 +404,7 @@ def resync(
         counts.update(converge_all(kube, sink, settings, page, moment, drifts, wave, tally))
         tally.add(page, drifts)
         del page, drifts  # before the next page is asked for
-    counts.update(orphans(kube, sink, settings, tally.uids, moment))
+    counts.update(namespaces(kube, sink, settings, tally, moment))
     counts.update(wave.finish(kube, sink))
     tally.count(moment)
     seconds = time.monotonic() - began
@@ -434,7 +437,10 @@ def converge_all(
     counts: Counter[str] = Counter()
     for tenant in tenants:
         drift = drifts.get(tenant.key)
-        counts.update(converge(kube, sink, settings, tenant, now, drift))
+        done = converge(kube, sink, settings, tenant, now, drift)
+        if done:
+            tally.redriven.add(tenant.uid)
+        counts.update(done)
         written, available = keep_available(kube, tenant, drift)
         if available is not None:
             tally.available[available] += 1
@@ -468,10 +474,12 @@ def converge(
 
 @dataclass
 class Tally:
-    """What a pass keeps of each Tenant once its page is done, for the fleet's gauges and the
-    orphans: its uid, its phase, how its vCluster was found, its certificate's expiry."""
+    """What a pass keeps of each Tenant once its page is done, for the fleet's gauges and its
+    namespaces (``namespaces``): its uid, whether it was re-driven, its phase, how its vCluster was
+    found, its certificate's expiry."""
 
     uids: set[str] = field(default_factory=set)
+    redriven: set[str] = field(default_factory=set)  # uids this pass re-drove (or tried to)
     phases: Counter[str] = field(default_factory=Counter)
     available: Counter[str] = field(default_factory=Counter)  # "true" / "false", of observed Tenants
     expiries: dict[str, datetime] = field(default_factory=dict)  # by Tenant key
@@ -651,20 +659,30 @@ def _count_rollout(states: Mapping[rollout.State, int], halted: rollout.Slot | N
     _halted_reported.update(now)
 
 
-def orphans(
-    kube: Cluster, sink: EventSender, settings: Settings, live: Collection[str], now: datetime
-) -> dict[str, int]:
-    """The vcluster-* namespaces whose owner Tenant no longer exists (``ownership.orphaned_by``;
-    ``live``: the uids of the Tenants this pass listed): deleted without its cleanup, its
-    finalizer removed by hand. Each older than ``ORPHAN_GRACE_SECONDS`` is sent to cleanup
-    (``io.kubeopera.tenant.cleanup`` for the gone owner, with ``orphan``: the namespace), which
-    removes it under the namespace's work lock. The grace covers a Tenant made after this pass
-    listed the Tenants, whose namespace is then new; one LIST of namespaces, by the owner label, a
-    pass."""
-    found = sent = 0
+def namespaces(kube: Cluster, sink: EventSender, settings: Settings, tally: Tally, now: datetime) -> dict[str, int]:
+    """The Tenants' vcluster-* namespaces, in one LIST by the owner label a pass (``tally``: the
+    Tenants this pass listed, and those it re-drove):
+
+    - a namespace of a live Tenant that lacks one of the labels install keeps there
+      (``Isolation.kept_labels``: the Pod Security labels, and ``kubeopera.io/managed-by``, by
+      which the helm-records admission policy guards it), removed or changed by hand or by
+      another controller: its Tenant, unless this pass re-drove it already, is sent to install
+      (``LABELS``), which puts them back
+      (``access.grant_if_ours``; within ``access.RECHECK_SECONDS`` of its process's last check
+      of that Tenant it reads nothing, and the next pass sends it again);
+    - an orphan, whose owner Tenant no longer exists (``ownership.orphaned_by``): deleted without
+      its cleanup, its finalizer removed by hand. Each older than ``ORPHAN_GRACE_SECONDS`` is
+      sent to cleanup (``io.kubeopera.tenant.cleanup`` for the gone owner, with ``orphan``: the
+      namespace), which removes it under the namespace's work lock. The grace covers a Tenant
+      made after this pass listed the Tenants, whose namespace is then new."""
+    found = sent = relabel = 0
+    kept = settings.isolation.kept_labels()
     for namespace in kube.list_owned_namespaces():
-        owner = orphaned_by(namespace.labels, settings.tenant_namespace, live)
-        if owner is None or namespace.terminating or tenant_name_in(namespace.name) is None:
+        if namespace.terminating or tenant_name_in(namespace.name) is None:
+            continue
+        owner = orphaned_by(namespace.labels, settings.tenant_namespace, tally.uids)
+        if owner is None:
+            relabel += _keep_labels(sink, settings, namespace.name, namespace.labels, kept, tally.redriven)
             continue
         found += 1
         age = (now - namespace.created).total_seconds()
@@ -679,7 +697,29 @@ def orphans(
         sink.send(events.make(event_types.CLEANUP, NAME, ref, orphan=namespace.name))
         sent += 1
     metrics.ORPHANED_NAMESPACES.set(found)
-    return {"ORPHAN": sent} if sent else {}
+    return {k: n for k, n in (("ORPHAN", sent), ("LABELS", relabel)) if n}
+
+
+def _keep_labels(
+    sink: EventSender,
+    settings: Settings,
+    namespace: str,
+    labels: Mapping[str, str],
+    kept: Mapping[str, str],
+    redriven: Collection[str],
+) -> int:
+    """Send the live owner of ``namespace`` to install when a kept label is missing or changed,
+    unless this pass re-drove it already (install, or cleanup, has it then)."""
+    owner = owner_of(labels)
+    if owner is None or owner.namespace != settings.tenant_namespace or has_labels(labels, kept):
+        return 0
+    if owner.uid in redriven:
+        return 0
+    drift = sorted(k for k, v in kept.items() if labels.get(k) != v)
+    extra = {"namespace": namespace, "owner": owner.key, "labels": drift}
+    log.warning("a Tenant's namespace lost labels install keeps there; sending the Tenant to install", extra=extra)
+    sink.send(events.make(event_types.INSTALL, NAME, TenantRef(owner.namespace, owner.name, owner.uid, 0)))
+    return 1
 
 
 def count_expiring(expiries: list[datetime], now: datetime) -> None:

@@ -47,6 +47,7 @@ from shared.model import cadence, event_types, lifecycle
 from shared.model.cluster import Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import KUBECONFIG_KEY, VCLUSTER_CONFIG_KEY
+from shared.model.ownership import namespace_labels
 from shared.model.tenant import FINALIZER, Tenant, TenantRef, parse_time, rfc3339
 from shared.runtime import Runtime
 from shared.settings import Settings
@@ -1432,3 +1433,49 @@ def test_drift_on_any_page_is_re_driven_and_the_gauges_count_every_page(
     assert phases == {"Ready": 4, "Failed": 1}, "as listed, every page"
     assert (vclusters_counted("true"), vclusters_counted("false")) == (3, 0), "those with a StatefulSet, observed"
 
+
+# The Tenants' namespaces: labels install keeps there ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "drift",
+    [
+        pytest.param({"kubeopera.io/managed-by": None}, id="managed-by-removed"),
+        pytest.param({"pod-security.kubernetes.io/enforce": "privileged"}, id="enforce-changed"),
+    ],
+)
+def test_a_settled_tenant_whose_namespace_lost_a_kept_label_is_sent_to_install_which_puts_it_back(
+    kube: FakeKube, helm: FakeHelm, sink: FakeSink, drift: dict[str, str | None]
+) -> None:
+    """Nothing else sends a settled Tenant to install for a label: resync's pass finds the
+    namespace in the LIST of the Tenants' namespaces it reads anyway (no request more) and sends
+    the Tenant to install, which puts the label back; the pass after sends nothing."""
+    obj = ready(kube, helm)
+    labels = dict(kube.namespaces[BOB_NS]["labels"])
+    assert SETTINGS.isolation.kept_labels().items() <= labels.items()
+    kube.namespaces[BOB_NS]["labels"] = {k: v for k, v in (labels | drift).items() if v is not None}
+    access.forget_ensured()  # install's process checked this namespace longer than RECHECK_SECONDS ago
+    lists = kube.calls["list_owned_namespaces"]
+    mark = len(kube.journal)
+
+    assert resync(kube, sink, SETTINGS) == {"LABELS": 1}
+
+    assert kube.calls["list_owned_namespaces"] == lists + 1 and kube.journal[mark:] == [], "the pass writes nothing"
+    sent = only_event(sink)
+    assert (sent.get_type(), events.tenant_ref(sent).uid) == (event_types.INSTALL, obj["metadata"]["uid"])
+    assert install.handle(kube, helm, SETTINGS, events.tenant_ref(sent)) is None, "settled: left alone"
+    assert kube.namespaces[BOB_NS]["labels"] == labels
+    assert [w for w, _ in kube.journal[mark:]] == ["namespace label"]
+    sink.sent.clear()
+    assert resync(kube, sink, SETTINGS) == {} and sink.sent == []
+
+
+def test_a_tenant_the_pass_re_drives_gets_no_second_event_for_its_labels(kube: FakeKube, sink: FakeSink) -> None:
+    """A Tenant install took and then lost (its finalizer on, nothing else written), its
+    namespace without the kept labels: the pass's install re-drive is its only event."""
+    obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB, finalizers=[FINALIZER]))
+    kube.add_namespace(BOB_NS, namespace_labels(Tenant.from_object(obj)))
+
+    assert resync(kube, sink, SETTINGS, now=NOW) == {"INSTALL": 1}
+
+    assert [events.tenant_ref(e).uid for e in sink.sent] == [obj["metadata"]["uid"]]
