@@ -199,6 +199,38 @@ def test_a_full_life_shows_in_kubectl_describe(pipeline: Stack, bob: Tenant) -> 
     assert "tenant-install" in events and "tenant-notify-api" in events
 
 
+def test_a_kept_label_removed_by_hand_comes_back_through_resync(pipeline: Stack, bob: Tenant) -> None:
+    """The helm-records policy guards only the namespaces labelled ``kubeopera.io/managed-by``, and
+    nothing but resync sends a settled Tenant to install for a label: its pass finds bob's
+    namespace without it and sends bob to install, which puts it back. install's process checked
+    bob's namespace when it provisioned him, so it is restarted first: one that checked less than
+    ``access.RECHECK_SECONDS`` ago leaves it to the next pass."""
+    settled(pipeline)
+    namespace = "vcluster-bob-dev"
+
+    def managed_by() -> str | None:
+        labels = json.loads(pipeline.kubectl("get", "namespace", namespace, "-o", "json"))["metadata"]["labels"]
+        return labels.get("kubeopera.io/managed-by")
+
+    pipeline.kubectl("label", "namespace", namespace, "kubeopera.io/managed-by-")
+    assert managed_by() is None
+    pipeline.stop_function("tenant-install")
+    pipeline.start_function("tenant-install")
+    since = time.time()
+
+    pipeline.tick()
+
+    wait_for("the label back", lambda: managed_by() == "tenant-controller", timeout=60)
+    settled(pipeline)
+    sent = [
+        d
+        for d in pipeline.watch.deliveries()
+        if d.time >= since and d.service == "tenant-install" and d.subject == f"{TENANT_NAMESPACE}/bob-dev"
+    ]
+    assert [(d.type, d.status) for d in sent] == [(event_types.INSTALL, 204)], sent
+    assert reasons(pipeline, "bob-dev") == ["Provisioning", "Ready"], "bob was left as he was"
+
+
 def test_reusing_a_tenant_name_fails_and_changes_nothing_of_the_owner(pipeline: Stack, kube: Kube, bob: Tenant) -> None:
     """The reproduction from the issue: another customer's Tenant asks for tenantName bob-dev."""
     settled(pipeline)
