@@ -39,9 +39,9 @@ its vcluster Secret (the one read of its own; no identity of ours may list Secre
 namespace) and its vCluster's API (``shared.adapters.vcluster_api``). With
 ``VCLUSTER_LOOK_PASSES`` above 1 a pass looks closely only at its share of the fleet
 (``shared.model.cadence``), and each Tenant gets a close look once in that many ticks. resync
-reads in a Tenant's namespace only what install grants it there (``shared.steps.access``: the
-StatefulSet and vcluster's Secret, by name; the StatefulSet only when the fleet's LIST did not
-find it); a Tenant made before that grant existed has none, and its reads are refused: resync
+reads in a Tenant's namespace only what install grants it there (``shared.steps.access``:
+vcluster's Secret, by name; a StatefulSet the fleet's LIST did not find it asks for by name
+through its ClusterRole); a Tenant made before that grant existed has none, and its read is refused: resync
 sends it to install, which makes it (and changes nothing else of a settled Tenant), and looks
 again on the next tick. A Tenant being worked on at that moment may get a duplicate event, which
 the steps' idempotence and resourceVersion guards make harmless. A failure to send is temporary:
@@ -310,7 +310,7 @@ def observe(
     (one TLS connection; None: not asked, availability then follows the pod alone)."""
     names = tenant.spec.names
     stored = _stored(kube, settings, fleet, names.kubeconfig_secret)  # in the Tenants' namespace
-    try:  # through the Role install makes in the namespace (shared.steps.access)
+    try:  # the Secret through the Role install makes in the namespace (shared.steps.access)
         rollout = fleet.rollouts.get((names.namespace, names.release)) or kube.get_rollout(
             names.namespace, names.release
         )

@@ -14,15 +14,21 @@ namespace, ensures there, in this order:
   the chart need in the release namespace (Secrets, ConfigMaps, ..., the chart's Role's rules),
   first, since what follows needs it in force (``await_in_force``);
 - Role and RoleBinding ``kubeopera-tenants:tenant-store-kubeconfig``: get Secret ``vc-<release>``,
-  by name, and nothing else;
-- Role and RoleBinding ``kubeopera-tenants:tenant-resync``: get Secret ``vc-<release>`` and
-  StatefulSet ``<release>``, by name, and nothing else;
+  by name, and nothing else, for store-kubeconfig (which copies it) and resync (which compares it
+  with the stored copy): the one Role both need, one binding to both (``KUBECONFIG_READERS``);
 - RoleBinding ``kubeopera-tenants:tenant-check-ready`` to ClusterRole
   ``kubeopera-tenants:tenant-check-ready:vcluster-namespace``: get, list Secrets (helm's release
   record, listed by its labels, ``shared.adapters.release``; vcluster's ``vc-<release>``);
 - RoleBinding ``kubeopera-tenants:tenant-cleanup`` to ClusterRole
   ``kubeopera-tenants:tenant-cleanup:vcluster-namespace``: get, list, update, delete Secrets
   (``helm uninstall``: the release's records, the chart's Secret).
+
+resync asks for a StatefulSet by name through its own ClusterRole, which lists them all anyway.
+Before issue 29 resync had a Role and a binding of its own in each namespace,
+``kubeopera-tenants:tenant-resync``, with that Secret and the StatefulSet by name: one Role and one
+binding more per new Tenant, each through RBAC's escalation check. Namespaces made before keep
+them, granting nothing resync does not hold now, until they are deleted; their store-kubeconfig
+binding gets resync as a second subject on install's next check there.
 
 The ClusterRoles are in ``deploy/base/rbac/`` (``BOUND`` names them, ``NAMESPACE_RULES`` is what
 check-ready's and cleanup's must hold; ``tests/deploy/test_namespace_access.py`` checks both).
@@ -33,8 +39,8 @@ once that is in force: a RoleBinding counts once the API server's RBAC cache has
 writes a Role or a binding to one, install waits (briefly) until the API server says it
 holds its rights there (a SelfSubjectAccessReview, ``Kube.allowed``); not in force within
 ``IN_FORCE_SECONDS`` is temporary. The escalation check makes each such write wait about 100 ms
-in the API server (a consistent read of its RBAC storage), so the two Roles are written side by
-side, and then their two bindings (``at_once``).
+in the API server (a consistent read of its RBAC storage); writes of one kind go side by side
+(``at_once``).
 
 The objects carry the namespace's labels (the owner's uid, namespace and name, ``shared.model.ownership``)
 and ``app.kubernetes.io/*`` naming the function. They have no ownerReferences: the Tenant lives in
@@ -44,11 +50,11 @@ deletes the dependent. cleanup's deletion of the namespace takes them with it.
 Each is read first and written only when missing or different, so a second run writes nothing.
 In a namespace install has just made (``grant(..., fresh=True)``) there is nothing to read: each
 is created at once, and only one that is there already (409: another delivery made it meanwhile)
-is read and judged as above. That saves a new Tenant seven reads (issue 29's request count).
+is read and judged as above. That saves a new Tenant five reads (issue 29's request count).
 A process remembers for ``RECHECK_SECONDS`` which Tenants' grants it has just ensured, and
 ``grant_if_ours`` does not read them again in that time: install deliveries that leave a settled
 Tenant alone (the router's and resync's duplicates, resync's re-drives) would otherwise each read
-the namespace, the two Roles and five RoleBindings. A grant changed by hand is therefore put back by
+the namespace, the Role and four RoleBindings. A grant changed by hand is therefore put back by
 the first delivery after that window (or at once by a full install run, which always checks). A
 Tenant made before a grant existed gets it the same way, on its next install delivery (resync
 sends one when its own reads there are refused, ``functions.resync``).
@@ -122,27 +128,16 @@ def cluster_role(service: str) -> str:
     return f"{PREFIX}{service}:vcluster-namespace"
 
 
-def store_kubeconfig_rules(tenant: Tenant) -> tuple[Rule, ...]:
-    """store-kubeconfig copies vcluster's kubeconfig Secret, that one by name."""
+def kubeconfig_rules(tenant: Tenant) -> tuple[Rule, ...]:
+    """vcluster's kubeconfig Secret, that one by name: store-kubeconfig copies it, resync compares
+    it with the stored copy (``functions.resync.observe``)."""
     return (Rule(("",), ("secrets",), ("get",), (tenant.spec.names.vcluster_secret,)),)
 
 
-def resync_rules(tenant: Tenant) -> tuple[Rule, ...]:
-    """resync compares vcluster's kubeconfig Secret with the stored copy and asks whether the
-    vCluster's StatefulSet is there: those two by name (``functions.resync.observe``)."""
-    names = tenant.spec.names
-    return (
-        Rule(("",), ("secrets",), ("get",), (names.vcluster_secret,)),
-        Rule(("apps",), ("statefulsets",), ("get",), (names.release,)),
-    )
-
-
-# The functions that get a Role of their own in every Tenant's namespace: what they read there
-# has a name, known only per Tenant.
-ROLE_RULES: Mapping[str, Callable[[Tenant], tuple[Rule, ...]]] = {
-    STORE_KUBECONFIG: store_kubeconfig_rules,
-    RESYNC: resync_rules,
-}
+# The Role in every Tenant's namespace whose rules name what they read there (known only per
+# Tenant), named after its first reader, and the functions its one RoleBinding binds to it.
+KUBECONFIG_ROLE = PREFIX + STORE_KUBECONFIG
+KUBECONFIG_READERS: tuple[str, ...] = (STORE_KUBECONFIG, RESYNC)
 
 
 @dataclass(frozen=True)
@@ -165,15 +160,16 @@ def namespace_grants(tenant: Tenant, service_namespace: str) -> Grants:
             "app.kubernetes.io/part-of": "kubeopera",
         }
 
-    def binding(service: str, ref: RoleRef) -> RoleBinding:
-        return RoleBinding(namespace, PREFIX + service, ref, (Subject(service, service_namespace),), labels(service))
+    def binding(service: str, ref: RoleRef, *subjects: str) -> RoleBinding:
+        bound = tuple(Subject(s, service_namespace) for s in subjects or (service,))
+        return RoleBinding(namespace, PREFIX + service, ref, bound, labels(service))
 
-    roles = tuple(Role(namespace, PREFIX + s, rules(tenant), labels(s)) for s, rules in ROLE_RULES.items())
+    role = Role(namespace, KUBECONFIG_ROLE, kubeconfig_rules(tenant), labels(STORE_KUBECONFIG))
     return Grants(
-        roles=roles,
+        roles=(role,),
         bindings=(
             *(binding(service, RoleRef("ClusterRole", cluster_role(service))) for service in BOUND),
-            *(binding(role.name.removeprefix(PREFIX), RoleRef("Role", role.name)) for role in roles),
+            binding(STORE_KUBECONFIG, RoleRef("Role", role.name), *KUBECONFIG_READERS),
         ),
     )
 
@@ -240,8 +236,10 @@ def at_once(calls: Sequence[Callable[[], int]]) -> int:
     Why: RBAC's escalation check makes each write of a Role, or of a binding to one, wait for a
     consistent read of the API server's RBAC storage, which waits for the watch cache's next
     progress notification (every 100 ms in kubernetes v1.34). One after another, the two Roles
-    and their two bindings waited about 100 ms each in a new Tenant's install delivery; side by
-    side, each pair waits once (the README's Benchmarks, issue 29)."""
+    and their two bindings install made until issue 29 waited about 100 ms each in a new Tenant's
+    install delivery; side by side, each pair waited once (the README's Benchmarks). There is one
+    Role now, and the writes side by side are the two bindings to ClusterRoles, which wait for no
+    escalation check: a few milliseconds each."""
     if len(calls) < 2:
         return sum(call() for call in calls)
     with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="grant") as pool:

@@ -123,7 +123,7 @@ def test_install_binds_exactly_the_cluster_roles_it_grants_in_a_namespace() -> N
 
 def test_install_holds_in_a_namespace_every_rule_of_the_roles_it_makes_there() -> None:
     """Roles are subject to the escalation check (``bind`` is only for the ClusterRoles): install's
-    own ClusterRole there holds what store-kubeconfig's and resync's Roles grant, and may make,
+    own ClusterRole there holds what the Role it makes for store-kubeconfig and resync grants, and may make,
     check and put back Roles."""
     own = rules_of(cluster_roles()[access.cluster_role("tenant-install")])
     grants = access.namespace_grants(TENANT, DEFAULT_TENANT_NAMESPACE)

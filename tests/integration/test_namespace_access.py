@@ -301,7 +301,8 @@ def test_secrets_are_readable_only_where_install_granted_it(
         with pytest.raises(TemporaryError), access.granted_at_run_time(ungranted):
             store.get_secret(ungranted, "anything")
 
-        # resync: the StatefulSet and vcluster's Secret there, through the Role install made
+        # resync: vcluster's Secret there, through the Role install made (store-kubeconfig's too);
+        # the StatefulSet, which its ClusterRole lists anyway, by name through that ClusterRole
         resync_kube = clients["tenant-resync"]
         fleet = resync.FleetReads.read(resync_kube, settings)  # fleet-wide, as a pass lists them
         assert (names.namespace, names.release) in fleet.rollouts and names.kubeconfig_secret in fleet.stored

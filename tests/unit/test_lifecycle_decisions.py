@@ -97,9 +97,7 @@ GRANTS = [
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-check-ready"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-cleanup"),
     ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
-    ("role create", f"{BOB_NS}/kubeopera-tenants:tenant-resync"),
     ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-store-kubeconfig"),
-    ("rolebinding create", f"{BOB_NS}/kubeopera-tenants:tenant-resync"),
 ]
 
 

@@ -6,6 +6,7 @@ every other refusal stays permanent. In-memory fakes only."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -39,8 +40,8 @@ INSTALL = "kubeopera-tenants:tenant-install"
 CHECK = "kubeopera-tenants:tenant-check-ready"
 CLEANUP = "kubeopera-tenants:tenant-cleanup"
 # What install writes in a new Tenant's namespace, in order: its own binding and the two others to
-# ClusterRoles it may bind by name, the Roles, their bindings.
-FRESH = ["rolebinding create"] * 3 + ["role create"] * 2 + ["rolebinding create"] * 2
+# ClusterRoles it may bind by name, the Role, its binding.
+FRESH = ["rolebinding create"] * 3 + ["role create", "rolebinding create"]
 
 
 def live(kube: FakeKube, name: str = "bob-dev") -> Tenant:
@@ -81,16 +82,11 @@ def test_install_grants_each_function_exactly_its_access_in_the_namespace(kube: 
     services = ("tenant-install", "tenant-check-ready", "tenant-store-kubeconfig", "tenant-cleanup", "tenant-resync")
     sa = {name: Subject(name, TENANT_NAMESPACE) for name in services}
 
+    # vcluster's kubeconfig Secret by name: one Role for store-kubeconfig and resync (issue 29: one
+    # Role and one binding fewer than a Role each); resync asks for a StatefulSet through its
+    # ClusterRole
     assert kube.roles == {
         (BOB_NS, STORE): Role(BOB_NS, STORE, (Rule(("",), ("secrets",), ("get",), ("vc-vc-bob-dev",)),)),
-        (BOB_NS, RESYNC): Role(
-            BOB_NS,
-            RESYNC,
-            (
-                Rule(("",), ("secrets",), ("get",), ("vc-vc-bob-dev",)),
-                Rule(("apps",), ("statefulsets",), ("get",), ("vc-bob-dev",)),
-            ),
-        ),
     }
     assert kube.role_bindings == {
         (BOB_NS, INSTALL): RoleBinding(
@@ -105,14 +101,15 @@ def test_install_grants_each_function_exactly_its_access_in_the_namespace(kube: 
             RoleRef("ClusterRole", "kubeopera-tenants:tenant-check-ready:vcluster-namespace"),
             (sa["tenant-check-ready"],),
         ),
-        (BOB_NS, STORE): RoleBinding(BOB_NS, STORE, RoleRef("Role", STORE), (sa["tenant-store-kubeconfig"],)),
+        (BOB_NS, STORE): RoleBinding(
+            BOB_NS, STORE, RoleRef("Role", STORE), (sa["tenant-store-kubeconfig"], sa["tenant-resync"])
+        ),
         (BOB_NS, "kubeopera-tenants:tenant-cleanup"): RoleBinding(
             BOB_NS,
             "kubeopera-tenants:tenant-cleanup",
             RoleRef("ClusterRole", "kubeopera-tenants:tenant-cleanup:vcluster-namespace"),
             (sa["tenant-cleanup"],),
         ),
-        (BOB_NS, RESYNC): RoleBinding(BOB_NS, RESYNC, RoleRef("Role", RESYNC), (sa["tenant-resync"],)),
     }
     # labelled as the namespace is (owner uid, namespace, name), and by the function they serve
     for obj in [*kube.roles.values(), *kube.role_bindings.values()]:
@@ -192,16 +189,16 @@ def test_the_rules_install_binds_are_the_ones_the_functions_need_in_the_namespac
     }
     assert needed == access.NAMESPACE_RULES
     tenant = Tenant.from_object(tenant_object("bob-dev", CS_BOB))
-    # resync's reads in functions.resync.observe, by name
-    assert access.resync_rules(tenant) == (
+    # store-kubeconfig's copy and resync's comparison (functions.resync.observe), by name
+    assert access.kubeconfig_rules(tenant) == (
         Rule(("",), ("secrets",), ("get",), (tenant.spec.names.vcluster_secret,)),
-        Rule(("apps",), ("statefulsets",), ("get",), (tenant.spec.names.release,)),
     )
+    assert access.KUBECONFIG_READERS == ("tenant-store-kubeconfig", "tenant-resync")
 
 
 def test_a_second_install_run_writes_no_grant(kube: FakeKube, helm: FakeHelm) -> None:
     provision(kube, helm)
-    assert len(grant_writes(kube)) == 7
+    assert len(grant_writes(kube)) == 5
     mark = len(kube.journal)
 
     obj = kube.set_phase(TENANT_NAMESPACE, "bob-dev", "Pending")  # the runbook's retry
@@ -209,7 +206,7 @@ def test_a_second_install_run_writes_no_grant(kube: FakeKube, helm: FakeHelm) ->
 
     assert grant_writes(kube, mark) == []
     assert access.grant(kube, live(kube), TENANT_NAMESPACE) == 0
-    assert kube.calls["create_role"] == 2 and kube.calls["create_role_binding"] == 5
+    assert kube.calls["create_role"] == 1 and kube.calls["create_role_binding"] == 4
     assert kube.calls["allowed"] == 1, "in force asked once, after install's own binding was made"
 
 
@@ -255,7 +252,7 @@ class RacingKube(FakeKube):
 def test_a_new_tenants_namespace_is_granted_without_a_read(kube: FakeKube, helm: FakeHelm) -> None:
     """install has just made the namespace: nothing is in it, so each grant is created at once."""
     provision(kube, helm)
-    assert len(grant_writes(kube)) == 7
+    assert len(grant_writes(kube)) == 5
     assert kube.calls["get_role"] == 0 and kube.calls["get_role_binding"] == 0
     assert kube.calls["allowed"] == 1, "in force asked once, after install's own binding was made"
 
@@ -278,7 +275,7 @@ def test_a_grant_made_by_another_delivery_in_a_new_namespace_is_read_and_kept(he
     obj = kube.add_tenant(tenant_object("bob-dev", CS_BOB))
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
     # the other delivery's Role is what this one wants: read once, kept, nothing written over it
-    assert kube.calls["get_role"] == 1 and kube.writes["role create"] == 2
+    assert kube.calls["get_role"] == 1 and kube.writes["role create"] == 1  # the other delivery's
     assert kube.roles[(BOB_NS, STORE)] == access.namespace_grants(live(kube), TENANT_NAMESPACE).roles[0]
 
 
@@ -348,27 +345,59 @@ def test_a_tenant_install_leaves_alone_gets_the_grants_in_its_namespace(
 def test_a_namespace_with_the_previous_versions_grants_gets_installs_own_and_resyncs(
     kube: FakeKube, helm: FakeHelm
 ) -> None:
-    """Made when install held its rights cluster-wide and resync read Secrets cluster-wide: the
-    next delivery adds install's own binding (first) and resync's Role and binding, nothing else."""
+    """Made when install held its rights cluster-wide and resync read Secrets cluster-wide (the
+    store-kubeconfig binding bound it alone): the next delivery adds install's own binding (first)
+    and resync to the store-kubeconfig binding, nothing else."""
     obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]), SETTINGS))
     tenant = live(kube)
     kube.add_namespace(BOB_NS, namespace_labels(tenant) | POD_SECURITY)
     wanted = access.namespace_grants(tenant, TENANT_NAMESPACE)
     for role in wanted.roles:
-        if role.name == STORE:
-            kube.roles[(BOB_NS, role.name)] = role
+        kube.roles[(BOB_NS, role.name)] = role
     for binding in wanted.bindings:
-        if binding.name not in (INSTALL, RESYNC):
+        if binding.name == STORE:
+            binding = dataclasses.replace(binding, subjects=binding.subjects[:1])  # store-kubeconfig alone
+        if binding.name != INSTALL:
             kube.role_bindings[(BOB_NS, binding.name)] = binding
 
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
 
     assert kube.journal == [
         ("rolebinding create", f"{BOB_NS}/{INSTALL}"),
-        ("role create", f"{BOB_NS}/{RESYNC}"),
-        ("rolebinding create", f"{BOB_NS}/{RESYNC}"),
+        ("rolebinding patch", f"{BOB_NS}/{STORE}"),
     ]
+    assert kube.role_bindings[(BOB_NS, STORE)] == wanted.bindings[-1]
     assert helm.calls == {}
+
+
+def test_a_namespace_with_resyncs_own_role_from_before_gets_resync_on_the_shared_binding(
+    kube: FakeKube, helm: FakeHelm
+) -> None:
+    """Made before issue 29's one Role for store-kubeconfig and resync: resync's own Role and
+    binding (that Secret and the StatefulSet by name) stay, granting nothing it does not hold
+    otherwise; resync is added to the store-kubeconfig binding, with one write."""
+    obj = kube.add_tenant(in_sync(tenant_object("bob-dev", CS_BOB, status=settled(), finalizers=[FINALIZER]), SETTINGS))
+    tenant = live(kube)
+    kube.add_namespace(BOB_NS, namespace_labels(tenant) | POD_SECURITY)
+    wanted = access.namespace_grants(tenant, TENANT_NAMESPACE)
+    kube.roles[(BOB_NS, STORE)] = wanted.roles[0]
+    for binding in wanted.bindings:
+        if binding.name == STORE:
+            binding = dataclasses.replace(binding, subjects=binding.subjects[:1])
+        kube.role_bindings[(BOB_NS, binding.name)] = binding
+    old_rules = (
+        Rule(("",), ("secrets",), ("get",), (tenant.spec.names.vcluster_secret,)),
+        Rule(("apps",), ("statefulsets",), ("get",), (tenant.spec.names.release,)),
+    )
+    kube.roles[(BOB_NS, RESYNC)] = Role(BOB_NS, RESYNC, old_rules)
+    kube.role_bindings[(BOB_NS, RESYNC)] = RoleBinding(
+        BOB_NS, RESYNC, RoleRef("Role", RESYNC), (Subject("tenant-resync", TENANT_NAMESPACE),)
+    )
+
+    assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
+
+    assert kube.journal == [("rolebinding patch", f"{BOB_NS}/{STORE}")]
+    assert (BOB_NS, RESYNC) in kube.roles and (BOB_NS, RESYNC) in kube.role_bindings
 
 
 # Pod Security labels: part of what install keeps true --------------------------------------------
@@ -587,22 +616,18 @@ def test_a_refusal_anywhere_else_stays_permanent() -> None:
     assert type(raised.value) is PermanentError
 
 
-def test_the_roles_and_their_bindings_are_written_side_by_side(helm: FakeHelm) -> None:
+def test_the_bindings_install_may_make_by_name_are_written_side_by_side(helm: FakeHelm) -> None:
     class Together(FakeKube):
-        """Each Role and each binding to a Role waits for its pair to be in flight too (RBAC's
-        escalation check makes each wait ~100 ms in the API server: side by side, once a pair)."""
+        """check-ready's and cleanup's bindings wait for each other to be in flight: written side
+        by side (``access.at_once``), after install's own."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.pairs = {"role": threading.Barrier(2, timeout=5), "to role": threading.Barrier(2, timeout=5)}
-
-        def create_role(self, role: Role) -> bool:
-            self.pairs["role"].wait()
-            return super().create_role(role)
+            self.pair = threading.Barrier(2, timeout=5)
 
         def create_role_binding(self, binding: RoleBinding) -> bool:
-            if binding.role_ref.kind == "Role":
-                self.pairs["to role"].wait()
+            if binding.role_ref.kind == "ClusterRole" and binding.name != INSTALL:
+                self.pair.wait()
             return super().create_role_binding(binding)
 
     kube = Together()
@@ -611,9 +636,8 @@ def test_the_roles_and_their_bindings_are_written_side_by_side(helm: FakeHelm) -
 
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is not None
 
-    assert set(kube.roles) == {(BOB_NS, STORE), (BOB_NS, RESYNC)}
-    assert {(BOB_NS, STORE), (BOB_NS, RESYNC)} <= set(kube.role_bindings)
-    assert kube.calls["allowed"] == 1, "in force asked once, though both Roles wait for it at once"
+    assert set(kube.roles) == {(BOB_NS, STORE)}
+    assert kube.calls["allowed"] == 1, "in force asked once, before the Role"
     assert [what for what, _ in grant_writes(kube)] == FRESH
 
 

@@ -516,33 +516,30 @@ def test_a_pass_leaves_failed_and_given_up_tenants_alone_without_looking_at_them
 
 
 class GrantedReadsOnly(FakeKube):
-    """The API server's RBAC for resync: its reads in a Tenant's namespace need the RoleBinding
-    install makes there for it (shared.steps.access); without it, 403."""
-
-    def _resync_granted(self, namespace: str) -> None:
-        granted = (namespace, "kubeopera-tenants:tenant-resync") in self.role_bindings
-        if namespace.startswith("vcluster-") and not granted:
-            raise Forbidden(f"get in {namespace}: the API server refused it (403 Forbidden)")
-
-    def get_rollout(self, namespace: str, name: str) -> Rollout | None:
-        self._resync_granted(namespace)
-        return super().get_rollout(namespace, name)
+    """The API server's RBAC for resync: its read of vcluster's Secret in a Tenant's namespace
+    needs the RoleBinding install makes there to bind it (shared.steps.access); without, 403. A
+    StatefulSet it may get anywhere (its ClusterRole)."""
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> bytes | None:
-        self._resync_granted(namespace)
+        binding = self.role_bindings.get((namespace, access.KUBECONFIG_ROLE))
+        granted = binding is not None and any(s.name == "tenant-resync" for s in binding.subjects)
+        if namespace.startswith("vcluster-") and not granted:
+            raise Forbidden(f"get in {namespace}: the API server refused it (403 Forbidden)")
         return super().read_secret_key(namespace, name, key)
 
 
 def test_a_tenant_without_resyncs_grant_is_sent_to_install_which_makes_it(helm: FakeHelm, sink: FakeSink) -> None:
-    """A Ready Tenant of the version before resync's per-namespace Role: its reads there are
-    refused, which is not drift: resync sends it to install, whose delivery (leaving the Tenant
-    itself alone) makes the grant, and the next pass finds nothing to do."""
+    """A Ready Tenant whose namespace's store-kubeconfig binding does not bind resync (made before
+    resync's grant there): its read is refused, which is not drift: resync sends it to install,
+    whose delivery (leaving the Tenant itself alone) makes the grant, and the next pass finds
+    nothing to do."""
     kube = GrantedReadsOnly()
     helm.kube = kube
     obj = ready(kube, helm)
     ready(kube, helm, "carol", CS_CAROL)
-    del kube.role_bindings[(BOB_NS, "kubeopera-tenants:tenant-resync")]
-    del kube.roles[(BOB_NS, "kubeopera-tenants:tenant-resync")]
+    key = (BOB_NS, access.KUBECONFIG_ROLE)
+    shared = kube.role_bindings[key]
+    kube.role_bindings[key] = dataclasses.replace(shared, subjects=shared.subjects[:1])  # store-kubeconfig alone
     before = kube.tenant_dict(TENANT_NAMESPACE, "bob-dev")
     access.forget_ensured()
 
@@ -552,7 +549,7 @@ def test_a_tenant_without_resyncs_grant_is_sent_to_install_which_makes_it(helm: 
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before, "nothing of the Tenant changed"
 
     assert install.handle(kube, helm, SETTINGS, ref_of(obj)) is None
-    assert (BOB_NS, "kubeopera-tenants:tenant-resync") in kube.role_bindings
+    assert [s.name for s in kube.role_bindings[key].subjects] == ["tenant-store-kubeconfig", "tenant-resync"]
     assert kube.tenant_dict(TENANT_NAMESPACE, "bob-dev") == before
     sink.sent.clear()
     assert resync(kube, sink, SETTINGS) == {}
