@@ -77,7 +77,7 @@ from shared.delivery import events
 from shared.delivery.http import Step, function_app
 from shared.errors import Forbidden, ProvisionTimeout, TenantError
 from shared.model import cadence, event_types, health, lifecycle, rollout, service_range
-from shared.model.cluster import Rollout
+from shared.model.cluster import OwnedNamespace, Rollout
 from shared.model.isolation import PolicyObject, policy_objects
 from shared.model.naming import (
     KUBECONFIG_KEY,
@@ -88,7 +88,7 @@ from shared.model.naming import (
     tenant_name_in,
 )
 from shared.model.ownership import orphaned_by, owner_of
-from shared.model.rbac import has_labels
+from shared.model.rbac import label_drift
 from shared.model.tenant import COND_CALLBACK, Phase, StatusUpdate, Tenant, TenantRef, parse_time, rfc3339, utcnow
 from shared.observability import logs, metrics
 from shared.runtime import Cluster, EventSender, Runtime
@@ -676,13 +676,12 @@ def namespaces(kube: Cluster, sink: EventSender, settings: Settings, tally: Tall
       namespace), which removes it under the namespace's work lock. The grace covers a Tenant
       made after this pass listed the Tenants, whose namespace is then new."""
     found = sent = relabel = 0
-    kept = settings.isolation.kept_labels()
     for namespace in kube.list_owned_namespaces():
         if namespace.terminating or tenant_name_in(namespace.name) is None:
             continue
         owner = orphaned_by(namespace.labels, settings.tenant_namespace, tally.uids)
         if owner is None:
-            relabel += _keep_labels(sink, settings, namespace.name, namespace.labels, kept, tally.redriven)
+            relabel += _keep_labels(sink, settings, namespace, tally.redriven)
             continue
         found += 1
         age = (now - namespace.created).total_seconds()
@@ -700,23 +699,14 @@ def namespaces(kube: Cluster, sink: EventSender, settings: Settings, tally: Tall
     return {k: n for k, n in (("ORPHAN", sent), ("LABELS", relabel)) if n}
 
 
-def _keep_labels(
-    sink: EventSender,
-    settings: Settings,
-    namespace: str,
-    labels: Mapping[str, str],
-    kept: Mapping[str, str],
-    redriven: Collection[str],
-) -> int:
-    """Send the live owner of ``namespace`` to install when a kept label is missing or changed,
-    unless this pass re-drove it already (install, or cleanup, has it then)."""
-    owner = owner_of(labels)
-    if owner is None or owner.namespace != settings.tenant_namespace or has_labels(labels, kept):
+def _keep_labels(sink: EventSender, settings: Settings, namespace: OwnedNamespace, redriven: Collection[str]) -> int:
+    """Send the live owner of ``namespace`` to install when a label it keeps there is missing or
+    changed, unless this pass re-drove it already (install, or cleanup, has it then)."""
+    owner = owner_of(namespace.labels)
+    drift = label_drift(namespace.labels, settings.isolation.kept_labels())
+    if owner is None or owner.namespace != settings.tenant_namespace or not drift or owner.uid in redriven:
         return 0
-    if owner.uid in redriven:
-        return 0
-    drift = sorted(k for k, v in kept.items() if labels.get(k) != v)
-    extra = {"namespace": namespace, "owner": owner.key, "labels": drift}
+    extra = {"namespace": namespace.name, "owner": owner.key, "labels": drift}
     log.warning("a Tenant's namespace lost labels install keeps there; sending the Tenant to install", extra=extra)
     sink.send(events.make(event_types.INSTALL, NAME, TenantRef(owner.namespace, owner.name, owner.uid, 0)))
     return 1

@@ -23,7 +23,12 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 def has_labels(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     """Does an object carry every one of ``wanted`` (other labels may be there too)?"""
-    return all(labels.get(k) == v for k, v in wanted.items())
+    return not label_drift(labels, wanted)
+
+
+def label_drift(labels: Mapping[str, str], wanted: Mapping[str, str]) -> list[str]:
+    """The keys of ``wanted`` that ``labels`` lacks or holds with another value, sorted."""
+    return sorted(k for k, v in wanted.items() if labels.get(k) != v)
 
 
 @dataclass(frozen=True)

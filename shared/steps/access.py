@@ -78,7 +78,7 @@ from typing import Protocol
 from shared.errors import Conflict, Forbidden, TemporaryError
 from shared.model.cluster import NamespaceInfo
 from shared.model.ownership import Claim, judge, legacy_namespace_labels, namespace_labels
-from shared.model.rbac import Role, RoleBinding, RoleRef, Rule, Subject, has_labels
+from shared.model.rbac import Role, RoleBinding, RoleRef, Rule, Subject, has_labels, label_drift
 from shared.model.tenant import Tenant
 
 
@@ -305,9 +305,9 @@ def grant_if_ours(
 def keep_labels(kube: AccessApi, namespace: str, current: Mapping[str, str], wanted: Mapping[str, str]) -> int:
     """Put ``wanted`` back on this Tenant's namespace where ``current`` lacks one or has another
     value (the caller has judged the namespace this Tenant's). Returns the writes it took."""
-    if has_labels(current, wanted):
+    drift = label_drift(current, wanted)
+    if not drift:
         return 0
-    drift = sorted(k for k, v in wanted.items() if current.get(k) != v)
     kube.label_namespace(namespace, wanted)
     log.info("namespace labels put back", extra={"namespace": namespace, "labels": drift})
     return 1
