@@ -5,7 +5,7 @@ Takes ``io.kubeopera.tenant.install``: the router's (a Tenant change that is wor
 Failed (it waits for a patch to Pending), being deleted (cleanup's work), or already provisioned
 for its current generation (``lifecycle.install_skip_reason``). Otherwise, in this order:
 
-1. a Failed Tenant patched to Pending by hand is marked as a retry (``reconcile.first_sight``);
+1. a Failed Tenant patched to Pending by hand is marked as a retry (``reconcile.accept_retry``);
    a new one needs no status write, since it reads Pending from the CRD's default;
 2. the finalizer ``kubeopera.io/cleanup`` is added, before anything is created, so a deletion
    always waits for cleanup; then steps 3 to 7 run holding the namespace's work lock
@@ -92,7 +92,7 @@ from shared.settings import Settings
 from shared.steps import access, claims, plans
 from shared.steps import rollout as waves
 from shared.steps.locks import installing, work_lock
-from shared.steps.reconcile import first_sight, live_tenant, write_status
+from shared.steps.reconcile import accept_retry, live_tenant, write_status
 
 NAME = "install"
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def handle(kube: Cluster, helm: HelmRuns, settings: Settings, ref: TenantRef) ->
 def _provision(
     kube: Cluster, helm: HelmRuns, settings: Settings, tenant: Tenant, wanted: Target, fleet: bool
 ) -> BaseCloudEvent | None:
-    tenant = first_sight(kube, tenant)
+    tenant = accept_retry(kube, tenant)
     if not tenant.has_finalizer:
         tenant = kube.set_finalizer(tenant, present=True)
     with work_lock(kube, settings.tenant_namespace, tenant.spec.names):

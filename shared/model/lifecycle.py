@@ -20,7 +20,7 @@ manifests (``deploy/base/services``, ``deploy/base/rbac``, ``eventing/triggers``
 - ``failed_since``: when the Tenant's last failure or retry was recorded (dead-letter ignores an
   event made before it: the step recorded its own failure, or a retry has superseded it);
 - ``unacknowledged_retry``: a Failed Tenant patched to Pending by hand (``kubectl patch``), which
-  install marks as a retry when it first sees it (``reconcile.first_sight``);
+  install marks as a retry when it first sees it (``reconcile.accept_retry``);
 - ``poll_heard``, ``heartbeat_due`` and ``poll_chain_lost``: whether check-ready's poll of a
   Provisioning Tenant is alive. The poll is the broker's re-delivery and writes nothing, so every
   ``HEARTBEAT_POLLS`` polls check-ready writes ``lastPolledAt``; resync re-drives the poll only

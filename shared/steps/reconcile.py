@@ -42,12 +42,12 @@ log = logging.getLogger(__name__)
 MESSAGE_MAX = 1024
 
 
-def first_sight(kube: TenantStore, tenant: Tenant) -> Tenant:
+def accept_retry(kube: TenantStore, tenant: Tenant) -> Tenant:
     """Install's first status write for a Tenant, before anything else: a Failed one patched to
     Pending by hand is marked as a retry (``RetryAccepted``, ``lastSyncedAt`` now), so that its
     provision timeout and dead letters count from the retry, not from the failure it kept. A new
-    Tenant needs none: it reads Pending from the CRD's default since its creation, from which its
-    provision timeout counts (``lifecycle.provision_started``)."""
+    Tenant needs none: it reads Pending from the CRD's default since its creation (should install
+    never get to it, resync marks when it asked, ``lifecycle.provision_started``)."""
     if not lifecycle.unacknowledged_retry(tenant):
         return tenant
     return write_status(kube, tenant, retry_update(tenant, lifecycle.RETRY_ACCEPTED_REASON, "retry accepted"))
