@@ -3,8 +3,8 @@
 Takes the ApiServerSource's ``dev.knative.apiserver.resource.add`` / ``.update`` / ``.delete``
 of a Tenant (``tenant-source``). It decides from that object alone, with ``shared.model.lifecycle``
 (``next_step``), whether a step has work: it replies ``io.kubeopera.tenant.install`` (a new
-Tenant, a new generation, a Failed Tenant patched back to Pending, a settled one without our
-finalizer) or ``io.kubeopera.tenant.cleanup`` (a deletion cleanup has not started), or answers
+Tenant, a restored one, a new generation, a Failed Tenant patched back to Pending, a settled one
+without our finalizer) or ``io.kubeopera.tenant.cleanup`` (a deletion cleanup has not started), or answers
 204 and nothing goes on. (A vCluster's StatefulSet changes reach check-ready from the vCluster
 watch, ``functions.vcluster_watch``, not through here.)
 
@@ -49,7 +49,9 @@ def route(event: BaseCloudEvent, ref: TenantRef) -> BaseCloudEvent | None:
     except PermanentError as err:  # install re-reads the live Tenant and fails it, saying why
         log.warning("tenant object not readable; install decides", extra={"error": str(err)})
         return events.make(event_types.INSTALL, NAME, ref)
-    step = lifecycle.next_step(tenant) if event.get_type() != event_types.APISERVER_DELETE else None
+    kind = event.get_type()
+    created = kind == event_types.APISERVER_ADD
+    step = None if kind == event_types.APISERVER_DELETE else lifecycle.next_step(tenant, created)
     if step is None:
         log.debug("no work in this change")
         return None

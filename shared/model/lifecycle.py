@@ -223,9 +223,10 @@ def accepted_by_install(tenant: Tenant) -> bool:
     (the failure's reason), resync's for a Ready Tenant whose release is gone (the conditions of
     Ready). So install's own write, and what it writes next, need no further install: the
     delivery that wrote them is at work (if it dies, the broker re-delivers its event, and resync
-    re-drives a Tenant left Pending). A Tenant created with our finalizer already on (a restore)
-    so waits for resync's next tick. A spec edited meanwhile is a new generation, and goes to
-    install: the delivery at work may have read the old one."""
+    re-drives a Tenant left Pending). A Tenant created with our finalizer already on (restored from
+    a backup) looks the same, which is why ``next_step`` asks whether the change is a creation. A
+    spec edited meanwhile is a new generation, and goes to install: the delivery at work may have
+    read the old one."""
     if tenant.status.phase != Phase.PENDING:
         return False
     if not tenant.status.conditions:
@@ -234,13 +235,20 @@ def accepted_by_install(tenant: Tenant) -> bool:
     return ready is not None and ready.status == "False" and ready.reason == RETRY_ACCEPTED_REASON
 
 
-def next_step(tenant: Tenant) -> str | None:
+def next_step(tenant: Tenant, created: bool = False) -> str | None:
     """What the router sends for a Tenant change, decided from the changed object alone: the event
     type of the step that has work (install's or cleanup's), or None. A cleanup already running
-    (phase Deleting) polls on its own event; resync re-drives one that stalls."""
+    (phase Deleting) polls on its own event; resync re-drives one that stalls.
+
+    ``created``: the change is an add (the Tenant's creation, or the source listing it again after
+    a restart), which no write of a step's can be. So a Tenant that wants install goes there even
+    when it looks like install's own first write: one created with our finalizer already on
+    (restored from a backup) is provisioned at once, not at resync's next tick. A Tenant install is
+    at work on, listed again, gets a second delivery, which install coalesces with the one at work
+    (``shared.steps.locks``) or finds nothing left to do."""
     if tenant.deleting:
         return event_types.CLEANUP if wants_cleanup(tenant) and tenant.status.phase != Phase.DELETING else None
-    if wants_install(tenant) and not accepted_by_install(tenant):
+    if wants_install(tenant) and (created or not accepted_by_install(tenant)):
         return event_types.INSTALL
     return None
 

@@ -32,7 +32,7 @@ from shared.adapters.vcluster_api import VClusterApi
 from shared.delivery import events
 from shared.model import event_types
 from shared.model.naming import ANNOTATION_DELETION_PROTECTION
-from shared.model.tenant import Tenant
+from shared.model.tenant import FINALIZER, Tenant
 from shared.steps.locks import LEASE_SECONDS
 from testbed.controlplane import as_syncer
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
@@ -77,6 +77,7 @@ CS_DARK = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6c"
 CS_NARROW = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6d"
 CS_SLOW = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6e"
 CS_PAM = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e6f"
+CS_RAE = "0b0e7a52-8a41-4d3e-9a7e-1f2b3c4d5e70"
 
 
 SLOW_HELM_SECONDS = LEASE_SECONDS + 5  # helm of release vc-slow-*: longer than the work Lease lasts
@@ -455,6 +456,25 @@ def test_a_tenant_of_a_plan_the_platform_lacks_fails_listing_the_plans(pipeline:
     assert "UnknownPlan" in reasons(pipeline, "pam")
     assert not exists(pipeline, "namespace", "vcluster-pam")
     delete_and_wait_gone(pipeline, kube, "pam")
+
+
+def test_a_tenant_restored_with_our_finalizer_goes_to_install_from_the_router(pipeline: Stack, kube: Kube) -> None:
+    """A restore from a backup creates the Tenant with our finalizer already on, and its status is
+    the CRD's default (Pending): the very object of install's own first write, which the router
+    leaves alone. Only the event says otherwise (an add: no step's write), so the router sends it to
+    install at once, and it does not wait for resync's tick (until 2026-12-07 it did)."""
+    since = time.time()
+    body = yaml.safe_load(tenant_yaml("rae", CS_RAE))
+    body["metadata"]["finalizers"] = [FINALIZER]
+    pipeline.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+    ready_and_announced(kube, pipeline, "rae", since, timeout=60)
+    routed = [
+        (d.type, d.reply_type)
+        for d in pipeline.watch.deliveries()
+        if d.time >= since and d.trigger == "tenant-router" and (d.subject or "").endswith("/rae")
+    ]
+    assert routed[0] == (event_types.APISERVER_ADD, event_types.INSTALL), routed
+    delete_and_wait_gone(pipeline, kube, "rae")
 
 
 def test_a_hand_made_kubeconfig_secret_is_never_overwritten(pipeline: Stack, kube: Kube) -> None:

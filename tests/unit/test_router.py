@@ -92,6 +92,12 @@ ROWS = [
         tenant({"phase": "Pending", "lastSyncedAt": NOW}, finalizer=False), UPDATE, None, id="install-first-sight"
     ),
     pytest.param(tenant({"phase": "Pending"}), UPDATE, None, id="install-added-the-finalizer"),
+    # the same object created so (restored from a backup, our finalizer on): no step wrote it
+    pytest.param(tenant({"phase": "Pending"}), ADD, event_types.INSTALL, id="restored-with-our-finalizer"),
+    # the source listing every Tenant again after a restart: the settled ones are no work
+    pytest.param(tenant(settled("Ready", READY)), ADD, None, id="listed-again-ready"),
+    pytest.param(tenant(settled("Provisioning")), ADD, None, id="listed-again-provisioning"),
+    pytest.param(tenant(failed("ProvisionTimeout")), ADD, None, id="listed-again-failed"),
     pytest.param(tenant({"phase": "Pending"}, generation=2), UPDATE, event_types.INSTALL, id="edited-while-first-seen"),
     pytest.param(tenant(settled("Provisioning")), UPDATE, None, id="provisioning"),
     pytest.param(tenant(settled("Ready", READY)), UPDATE, None, id="ready"),
