@@ -291,7 +291,7 @@ def cpu_table(total: int, durations: Sequence[float], cpu: Sequence[Mapping[str,
         rows,
         (
             "functions (Python): resync's pass, the only function at work; stand-ins: the one vCluster stand-in "
-            "answering every copy's probe (TLS and three GETs).",
+            "answering every copy's probe (TLS and three GETs); the service proxy: the tunnel each probe crosses.",
             f"The machine's cores were {busy * 100:.0f}% busy over the passes (CPU seconds / cores x wall time).",
         ),
     )

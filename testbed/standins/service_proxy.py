@@ -16,6 +16,12 @@ the real broker work: each forwarded request is kept as a :class:`Hop` (what was
 and what came back), the way a packet capture on the cluster network would see it. Nothing is
 changed on the way; plain HTTP, as the data plane uses in the cluster domain.
 
+In a cluster this forwarding is the kernel's (kube-proxy's iptables or IPVS rules) and costs next
+to nothing; here it is Python in the process that started the proxy (the test bed's, or a
+benchmark's). So that a benchmark can tell it apart from its own work, the proxy counts the CPU
+time its handler threads spend (:meth:`ServiceProxy.cpu_seconds`: forwarding, tunnels and the
+hop records, less the listeners' time, which is the watcher's; the accepting thread is left out).
+
 HTTPS to a Service (check-ready asking a vCluster's API at ``https://vc-<t>.vcluster-<t>.svc:443``)
 comes as ``CONNECT host:443`` (the functions' ``HTTPS_PROXY``): the proxy opens a byte tunnel to
 the port :attr:`ServiceProxy.tunnels` maps the host to, and the TLS inside is end to end between
@@ -122,6 +128,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # else a response in two writes waits for a delayed ACK (40 ms)
     server: _Server
+    watched: float = 0.0
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         return
@@ -137,6 +144,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return b"".join(chunks)
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
+
+    def handle_one_request(self) -> None:
+        # thread time only: a kept-alive connection waiting for its next request costs nothing
+        started = time.thread_time()
+        self.watched = 0.0  # the listeners' share of this request, set by ServiceProxy._forward
+        self.raw_requestline = b""  # stays empty when the client closed instead of asking again
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.proxy._spent(time.thread_time() - started - self.watched, self.raw_requestline != b"")
 
     def _forward(self) -> None:
         self.server.proxy._forward(self)
@@ -159,6 +176,9 @@ class ServiceProxy:
         self._server: _Server | None = None
         self._local = threading.local()
         self._listeners: list[Callable[[Hop], None]] = []
+        self._cpu = 0.0  # handler threads' CPU seconds, listeners' excluded (cpu_seconds)
+        self._handled = 0  # requests whose CPU is in _cpu
+        self._cpu_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, port: int = 0) -> str:
@@ -208,6 +228,22 @@ class ServiceProxy:
         """Wait until ``predicate(hops)`` holds; False on timeout."""
         with self._changed:
             return self._changed.wait_for(lambda: predicate(self._hops), timeout)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the proxy's handler threads have spent on requests answered so far (a
+        tunnel's once it closes), the listeners' calls left out: what the kernel does in a cluster."""
+        with self._cpu_lock:
+            return self._cpu
+
+    def handled(self) -> int:
+        """How many requests (a tunnel is one) :meth:`cpu_seconds` counts so far."""
+        with self._cpu_lock:
+            return self._handled
+
+    def _spent(self, seconds: float, request: bool) -> None:
+        with self._cpu_lock:
+            self._cpu += seconds
+            self._handled += request
 
     def quiet_since(self) -> float:
         """When the last hop finished (or 0.0); with :meth:`in_flight` it says the network is idle."""
@@ -260,11 +296,13 @@ class ServiceProxy:
                 self._in_flight -= 1
                 self._hops.append(hop)
                 self._changed.notify_all()
+            watching = time.thread_time()
             for listener in self._listeners:
                 try:
                     listener(hop)
                 except Exception:  # a watcher's bug must not break the network
                     log.exception("service proxy listener failed")
+            request.watched = time.thread_time() - watching  # the watcher's time, not the proxy's
 
     def _tunnel(self, request: _Handler) -> None:
         """``CONNECT host:port``: a byte tunnel to where :attr:`tunnels` maps the host, kept as one hop."""

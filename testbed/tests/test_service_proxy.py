@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -276,3 +277,28 @@ def test_wait_is_false_on_timeout(proxy: ServiceProxy) -> None:
 def test_the_url_of_a_proxy_that_is_not_started_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="not started"):
         _ = ServiceProxy().url
+
+
+def test_the_proxy_counts_its_own_cpu_and_not_its_listeners(
+    proxy: ServiceProxy, upstream: Upstream, session: requests.Session
+) -> None:
+    """A benchmark's CPU table puts the proxy (in a cluster: the kernel's forwarding) on a row of
+    its own: the handler threads' time counts, a listener's (the benchmark's watch) does not."""
+    burned: list[float] = []
+
+    def busy_watcher(hop: Hop) -> None:
+        started = time.thread_time()
+        while time.thread_time() - started < 0.2:  # CPU, not sleep: what a slow watcher costs
+            pass
+        burned.append(time.thread_time() - started)
+
+    proxy.on_hop(busy_watcher)
+    proxy.routes.add(HOST, upstream.start())
+    assert proxy.cpu_seconds() == 0.0
+    assert [send(session, proxy, f"http://{HOST}/", headers=EVENT).status_code for _ in range(3)] == [200] * 3
+    deadline = time.monotonic() + 5
+    while proxy.handled() < 3 and time.monotonic() < deadline:  # counted as each request ends
+        time.sleep(0.01)
+    assert proxy.handled() == 3 and len(burned) == 3
+    spent = proxy.cpu_seconds()
+    assert 0.0 < spent < 0.2, f"three forwards cost {spent:.3f} CPU-s; the watcher alone burned {sum(burned):.2f}"
