@@ -1,11 +1,12 @@
 """router: the one door for Tenant changes; it sends on only those that are work.
 
 Takes the ApiServerSource's ``dev.knative.apiserver.resource.add`` / ``.update`` / ``.delete``
-of a Tenant (``tenant-source``). It decides from that object alone, with ``shared.model.lifecycle``
-(``next_step``), whether a step has work: it replies ``io.kubeopera.tenant.install`` (a new
-Tenant, a restored one, a new generation, a Failed Tenant patched back to Pending, a settled one
-without our finalizer) or ``io.kubeopera.tenant.cleanup`` (a deletion cleanup has not started), or answers
-204 and nothing goes on. (A vCluster's StatefulSet changes reach check-ready from the vCluster
+of a Tenant (``tenant-source``). It decides from that object and the event's kind alone, with
+``shared.model.lifecycle`` (``next_step``), whether a step has work: it replies
+``io.kubeopera.tenant.install`` (a new Tenant, a restored one: an add is no step's write; a new
+generation, a Failed Tenant patched back to Pending, a settled one without our finalizer) or
+``io.kubeopera.tenant.cleanup`` (a deletion cleanup has not started), or answers 204 and nothing
+goes on. (A vCluster's StatefulSet changes reach check-ready from the vCluster
 watch, ``functions.vcluster_watch``, not through here.)
 
 Most Tenant changes are the pipeline's own status writes coming back
