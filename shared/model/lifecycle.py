@@ -236,9 +236,9 @@ def accepted_by_install(tenant: Tenant) -> bool:
 
 
 def next_step(tenant: Tenant, created: bool = False) -> str | None:
-    """What the router sends for a Tenant change, decided from the changed object and ``created``: the event
-    type of the step that has work (install's or cleanup's), or None. A cleanup already running
-    (phase Deleting) polls on its own event; resync re-drives one that stalls.
+    """What the router sends for a Tenant change, decided from the changed object and ``created``:
+    the event type of the step that has work (install's or cleanup's), or None. A cleanup already
+    running (phase Deleting) polls on its own event; resync re-drives one that stalls.
 
     ``created``: the change is an add (the Tenant's creation, or the source listing it again after
     a restart), which no write of a step's can be. So a Tenant that wants install goes there even
