@@ -530,8 +530,8 @@ def test_rotate_issues_new_certificates_and_hands_them_over(
     assert "certificate verify failed" in (VClusterApi().missing(old) or "")
     mixed = yaml.safe_load(new)
     mixed["users"][0]["user"] = yaml.safe_load(old)["users"][0]["user"]
-    (standin,) = [p for p in pipeline.supervisor.processes if p.name == "vcluster-standin"][-1:]
-    refusals = standin.log_path.read_text().count("CERTIFICATE_VERIFY_FAILED")
+    standin = [p for p in pipeline.supervisor.processes if p.name == "vcluster-standin"][-1]
+    refusals = standin.log_text().count("CERTIFICATE_VERIFY_FAILED")
     refused = VClusterApi().missing(yaml.safe_dump(mixed).encode()) or ""
     # TLS 1.3: the server checks a client certificate once the client's side of the handshake is
     # done, so the client hears the refusal as the server's alert ("TLS: ...") or, when the reset
@@ -542,6 +542,6 @@ def test_rotate_issues_new_certificates_and_hands_them_over(
     ), refused
     wait_for(
         "the vCluster stand-in refusing the old CA's client certificate",
-        lambda: standin.log_path.read_text().count("CERTIFICATE_VERIFY_FAILED") > refusals or None,
+        lambda: standin.log_text().count("CERTIFICATE_VERIFY_FAILED") > refusals or None,
         timeout=10,
     )
