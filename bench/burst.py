@@ -356,12 +356,13 @@ def poll_intervals(stack: Stack, kube: Kube, polls: int) -> tuple[list[float], l
     return gaps, periods
 
 
-# This benchmark's own process runs the test bed's service proxy (the cluster DNS and kube-proxy
-# stand-in, testbed/standins/service_proxy.py) in threads. Until 2026-12-07 its forwarding was in
-# this process's row ("this benchmark (kubectl, watch)", which also left out the running
-# `kubectl get --watch`: a child's CPU reaches the parent's only once it is reaped); the proxy now
-# counts its own handler threads' time, and has a row of its own. In a cluster that forwarding is
-# kube-proxy's rules in the kernel.
+# The test bed's service proxy (the cluster DNS and kube-proxy stand-in, tools/service-proxy,
+# started by this process) has a row of its own; in a cluster that forwarding is kube-proxy's rules
+# in the kernel. Until 2026-12-07 it was Python threads of this process: at first its forwarding
+# was in this process's row ("this benchmark (kubectl, watch)", which also left out the running
+# `kubectl get --watch`: a child's CPU reaches the parent's only once it is reaped); from 15:14
+# that day its handler threads' time had its own row; from the evening it is a Go process, about
+# a tenth of the Python proxy's cost a hop. Reading its hop lines is this process's work.
 BENCH_PART = "this benchmark's process (its watches, the kubeopera-api stand-in) and its kubectl"
 PROXY_PART = "the test bed's service proxy (in a cluster: the kernel's forwarding)"
 
@@ -393,9 +394,7 @@ def cpu_by_part(stack: Stack, running: Iterable[int] = ()) -> dict[str, float]:
     for pid in (os.getpid(), *running):
         own, reaped = cpu_seconds(pid)
         parts[BENCH_PART] += own + reaped
-    forwarding = stack.proxy.cpu_seconds()  # threads of this process: moved from its row to its own
-    parts[BENCH_PART] -= forwarding
-    parts[PROXY_PART] += forwarding
+    parts[PROXY_PART] += stack.proxy.cpu_seconds()  # a running child: not in this process's row
     return dict(parts)
 
 

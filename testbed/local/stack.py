@@ -269,7 +269,7 @@ def start_stack(options: StackOptions) -> Iterator[Stack]:
             registry = stack.enter_context(start_registry(tools, run_dir, supervisor=sup))
             chart_ref = push_chart(tools, registry.url, CHART_DIR, run_dir)
 
-            proxy = stack.enter_context(ServiceProxy())
+            proxy = stack.enter_context(ServiceProxy(tools.service_proxy))
             issuer = oidc.Issuer(control_plane.url, control_plane.ca_file) if options.sender_identity else None
             eventing = stack.enter_context(
                 start_eventing(tools, admin, sup, proxy, project_path("eventing", "config-features-patch.yaml"), issuer)

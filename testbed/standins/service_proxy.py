@@ -4,8 +4,8 @@ In a cluster, Knative's data plane reaches its peers by Service names on port 80
 ``broker-ingress.knative-eventing.svc.cluster.local``, the channel's
 ``<channel>-kn-channel.<ns>.svc.cluster.local``, ``broker-filter...``, and each function's Knative
 Service ``tenant-install.kubeopera-system.svc.cluster.local``. Here every one of those is a process
-on 127.0.0.1 with a port of its own, and there is no DNS. This module is an HTTP forward proxy:
-the Knative processes (and the functions) get ``HTTP_PROXY`` pointing at it, Go's and Python's HTTP
+on 127.0.0.1 with a port of its own, and there is no DNS. The proxy is an HTTP forward proxy: the
+Knative processes (and the functions) get ``HTTP_PROXY`` pointing at it, Go's and Python's HTTP
 clients then send requests for those names here (loopback targets such as the API server are
 never proxied: ``NO_PROXY=127.0.0.1,localhost``), and the proxy forwards each to the port its host
 maps to, keeping the ``Host`` header (the in-memory channel's dispatcher routes by it).
@@ -16,33 +16,36 @@ the real broker work: each forwarded request is kept as a :class:`Hop` (what was
 and what came back), the way a packet capture on the cluster network would see it. Nothing is
 changed on the way; plain HTTP, as the data plane uses in the cluster domain.
 
-In a cluster this forwarding is the kernel's (kube-proxy's iptables or IPVS rules) and costs next
-to nothing; here it is Python in the process that started the proxy (the test bed's, or a
-benchmark's). So that a benchmark can tell it apart from its own work, the proxy counts the CPU
-time its handler threads spend (:meth:`ServiceProxy.cpu_seconds`: forwarding, tunnels and the
-hop records, less the listeners' time, which is the watcher's; the accepting thread is left out).
-
 HTTPS to a Service (check-ready asking a vCluster's API at ``https://vc-<t>.vcluster-<t>.svc:443``)
 comes as ``CONNECT host:443`` (the functions' ``HTTPS_PROXY``): the proxy opens a byte tunnel to
 the port :attr:`ServiceProxy.tunnels` maps the host to, and the TLS inside is end to end between
 the client and that server (SNI, certificates and all). A host no tunnel route names is answered
 502, as a name cluster DNS does not know leaves the client without a connection.
+
+The forwarding is a Go program of ours (``tools/service-proxy``, built by the toolchain); this
+module starts it, sends it the routes and reads back a JSON line for every hop. In a cluster the
+forwarding is the kernel's and costs next to nothing; the Python proxy this replaced cost about
+2.5 ms of CPU a hop in the process that ran it, a tenth of a burst's CPU on two cores. A benchmark
+still tells the proxy's CPU apart from its own (:meth:`ServiceProxy.cpu_seconds`: the Go process's);
+reading the hop lines and calling the listeners is the watcher's work, in the watcher's process.
 """
 
 from __future__ import annotations
 
-import http.client
+import base64
 import http.server
+import json
 import logging
-import selectors
-import socket
-import socketserver
+import os
+import subprocess
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
-from urllib.parse import urlsplit
+from typing import Any
+
+from testbed.toolchain import ensure
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +65,6 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-_KEPT_REQUEST = ("traceparent", "prefer", "kn-namespace")
-_KEPT_RESPONSE = ("retry-after",)
 
 
 @dataclass(frozen=True)
@@ -95,114 +96,124 @@ class Hop:
 
 
 class Routes:
-    """Host → (address, port): exact names first, then the first matching suffix."""
+    """Host → (address, port), as the proxy applies them: exact names first (case and a trailing
+    dot ignored), then the first matching suffix. Routes added before the proxy starts are sent
+    when it starts; after that, :meth:`add` returns once the proxy applies the route."""
 
-    def __init__(self) -> None:
-        self._exact: dict[str, tuple[str, int]] = {}
-        self._suffixes: list[tuple[str, tuple[str, int]]] = []
+    def __init__(self, exact_op: str, suffix_op: str) -> None:
+        self._ops = (exact_op, suffix_op)
+        self._entries: list[tuple[str, str, str, int]] = []  # (op, host or suffix, address, port)
+        self._send: Callable[[dict[str, object]], None] | None = None
         self._lock = threading.Lock()
 
     def add(self, host: str, port: int, address: str = "127.0.0.1") -> None:
-        with self._lock:
-            self._exact[host.lower().rstrip(".")] = (address, port)
+        self._add(self._ops[0], host, port, address)
 
     def add_suffix(self, suffix: str, port: int, address: str = "127.0.0.1") -> None:
+        self._add(self._ops[1], suffix, port, address)
+
+    def _add(self, op: str, host: str, port: int, address: str) -> None:
         with self._lock:
-            self._suffixes.append((suffix.lower(), (address, port)))
+            self._entries.append((op, host, address, port))
+            send = self._send
+        if send is not None:
+            send({"op": op, "host": host, "address": address, "port": port})
 
-    def lookup(self, host: str) -> tuple[str, int] | None:
-        host = host.lower().rstrip(".")
+    def _connect(self, send: Callable[[dict[str, object]], None]) -> None:
         with self._lock:
-            if host in self._exact:
-                return self._exact[host]
-            return next((target for suffix, target in self._suffixes if host.endswith(suffix)), None)
+            self._send = send
+            entries = list(self._entries)
+        for op, host, address, port in entries:
+            send({"op": op, "host": host, "address": address, "port": port})
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    proxy: ServiceProxy
+@dataclass(frozen=True)
+class Exchange:
+    """A request the proxy forwarded to a Service, in full, and the Service's answer (:meth:`ServiceProxy.tap`)."""
 
+    started: float
+    target: str  # address:port of the Service
+    method: str
+    path: str
+    request_headers: tuple[tuple[str, str], ...]  # as sent on: Host first, hop-by-hop ones left out
+    request_body: bytes
+    status: int
+    response_headers: tuple[tuple[str, str], ...]
+    response_body: bytes
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # else a response in two writes waits for a delayed ACK (40 ms)
-    server: _Server
-    watched: float = 0.0
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        return
-
-    def _body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks = []
-            while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass
-            return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def handle_one_request(self) -> None:
-        # thread time only: a kept-alive connection waiting for its next request costs nothing
-        started = time.thread_time()
-        self.watched = 0.0  # the listeners' share of this request, set by ServiceProxy._forward
-        self.raw_requestline = b""  # stays empty when the client closed instead of asking again
-        try:
-            super().handle_one_request()
-        finally:
-            self.server.proxy._spent(time.thread_time() - started - self.watched, self.raw_requestline != b"")
-
-    def _forward(self) -> None:
-        self.server.proxy._forward(self)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _forward
-
-    def do_CONNECT(self) -> None:  # noqa: N802 - http.server's naming
-        self.server.proxy._tunnel(self)
+    @property
+    def host(self) -> str:
+        return next((v for k, v in self.request_headers if k.lower() == "host"), self.target)
 
 
 class ServiceProxy:
     """The proxy, its routes and the hops it forwarded. Start with :meth:`start`, stop with :meth:`stop`."""
 
-    def __init__(self) -> None:
-        self.routes = Routes()
-        self.tunnels = Routes()  # CONNECT host → (address, port): HTTPS to a Service
+    def __init__(self, binary: Path | None = None) -> None:
+        self.routes = Routes("route", "suffix")
+        self.tunnels = Routes("tunnel", "tunnel_suffix")  # CONNECT host → (address, port): HTTPS to a Service
+        self._binary = binary
         self._hops: list[Hop] = []
         self._in_flight = 0
         self._changed = threading.Condition()
-        self._server: _Server | None = None
-        self._local = threading.local()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._address = ""
         self._listeners: list[Callable[[Hop], None]] = []
-        self._cpu = 0.0  # handler threads' CPU seconds, listeners' excluded (cpu_seconds)
-        self._handled = 0  # requests whose CPU is in _cpu
-        self._cpu_lock = threading.Lock()
+        self._taps: list[Callable[[Exchange], None]] = []
+        self._write_lock = threading.Lock()
+        self._seq = 0
+        self._acked = 0
+        self._reader: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, port: int = 0) -> str:
-        """Listen on 127.0.0.1; returns the proxy URL for ``HTTP_PROXY``."""
-        server = _Server(("127.0.0.1", port), _Handler)
-        server.proxy = self
-        self._server = server
-        threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="service-proxy", daemon=True
-        ).start()
-        log.info("service proxy (cluster DNS + kube-proxy stand-in) on %s", self.url)
+        """Start the proxy on 127.0.0.1 (``port`` 0: any free one); returns its URL for ``HTTP_PROXY``."""
+        binary = self._binary or ensure("service-proxy") / "service-proxy"
+        process = subprocess.Popen(
+            [str(binary), str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+        )
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        try:
+            self._address = json.loads(first)["address"]
+        except (ValueError, KeyError) as err:
+            process.kill()
+            process.wait()
+            raise RuntimeError(f"the service proxy did not start ({binary}): {first!r}") from err
+        self._process = process
+        self._reader = threading.Thread(target=self._read, args=(process,), name="service-proxy", daemon=True)
+        self._reader.start()
+        self.routes._connect(self._send)
+        self.tunnels._connect(self._send)
+        log.info("service proxy (cluster DNS + kube-proxy stand-in) on %s (pid %d)", self.url, process.pid)
         return self.url
 
     @property
     def url(self) -> str:
-        if self._server is None:
+        if self._process is None:
             raise RuntimeError("the service proxy is not started")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self._address}"
+
+    @property
+    def pid(self) -> int:
+        """The proxy's process (a benchmark counts its CPU on a row of its own)."""
+        if self._process is None:
+            raise RuntimeError("the service proxy is not started")
+        return self._process.pid
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.stdin is not None:
+            process.stdin.close()  # the proxy ends when its stdin closes
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
 
     def __enter__(self) -> ServiceProxy:
         self.start()
@@ -221,8 +232,13 @@ class ServiceProxy:
             return self._in_flight
 
     def on_hop(self, listener: Callable[[Hop], None]) -> None:
-        """Call ``listener`` (in the forwarding thread) with every hop once answered."""
+        """Call ``listener`` (in the thread that reads the proxy) with every hop once answered."""
         self._listeners.append(listener)
+
+    def tap(self, listener: Callable[[Exchange], None]) -> None:
+        """From now on, call ``listener`` with every exchange with a Service in full, bodies included."""
+        self._taps.append(listener)
+        self._send({"op": "tap"})
 
     def wait(self, predicate: Callable[[list[Hop]], bool], timeout: float) -> bool:
         """Wait until ``predicate(hops)`` holds; False on timeout."""
@@ -230,154 +246,92 @@ class ServiceProxy:
             return self._changed.wait_for(lambda: predicate(self._hops), timeout)
 
     def cpu_seconds(self) -> float:
-        """CPU seconds the proxy's handler threads have spent on requests answered so far (a
-        tunnel's once it closes), the listeners' calls left out: what the kernel does in a cluster."""
-        with self._cpu_lock:
-            return self._cpu
+        """CPU seconds the proxy's process has spent so far: what the kernel does in a cluster."""
+        if self._process is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
     def handled(self) -> int:
-        """How many requests (a tunnel is one) :meth:`cpu_seconds` counts so far."""
-        with self._cpu_lock:
-            return self._handled
-
-    def _spent(self, seconds: float, request: bool) -> None:
-        with self._cpu_lock:
-            self._cpu += seconds
-            self._handled += request
+        """How many requests the proxy has answered so far (a tunnel is one, once it closes)."""
+        with self._changed:
+            return len(self._hops)
 
     def quiet_since(self) -> float:
         """When the last hop finished (or 0.0); with :meth:`in_flight` it says the network is idle."""
         with self._changed:
             return max((hop.finished for hop in self._hops), default=0.0)
 
-    # ------------------------------------------------------------------ forwarding
-    def _connection(self, target: tuple[str, int]) -> http.client.HTTPConnection:
-        pool: dict[tuple[str, int], http.client.HTTPConnection] | None = getattr(self._local, "pool", None)
-        if pool is None:
-            pool = self._local.pool = {}
-        if target not in pool:
-            pool[target] = http.client.HTTPConnection(*target, timeout=900)
-        return pool[target]
-
-    def _forward(self, request: _Handler) -> None:
-        started = time.time()
-        url = urlsplit(request.path)
-        host = url.hostname or request.headers.get("Host", "").split(":")[0]
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        body = request._body()
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
-        kept = {k.lower(): v for k, v in headers if k.lower().startswith("ce-") or k.lower() in _KEPT_REQUEST}
+    # ------------------------------------------------------------------ talking to the process
+    def _send(self, op: dict[str, object]) -> None:
+        """Send ``op`` to the proxy and wait until it applies it (its ack)."""
+        process = self._process
+        if process is None or process.stdin is None:
+            raise RuntimeError("the service proxy is not started")
+        with self._write_lock:
+            self._seq += 1
+            seq = self._seq
+            process.stdin.write(json.dumps({**op, "seq": seq}).encode() + b"\n")
+            process.stdin.flush()
         with self._changed:
-            self._in_flight += 1
-        status, data = 502, b""
-        reply_headers: list[tuple[str, str]] = []
-        try:
-            target = self.routes.lookup(host)
-            if target is None:
-                data = f"service proxy: no Service answers for {host!r}\n".encode()
-            else:
-                status, reply_headers, data = self._exchange(target, request.command, path, headers, body)
-            send_answer(request, status, reply_headers, data)
-        finally:
-            response = {
-                k.lower(): v for k, v in reply_headers if k.lower().startswith("ce-") or k.lower() in _KEPT_RESPONSE
-            }
-            hop = Hop(
-                started,
-                time.time(),
-                request.command,
-                host.lower(),
-                path,
-                status,
-                MappingProxyType(kept),
-                MappingProxyType(response),
-            )
-            with self._changed:
+            if not self._changed.wait_for(lambda: self._acked >= seq or self._process is None, 10):
+                raise RuntimeError(f"the service proxy did not apply {op}")
+
+    def _read(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            record = json.loads(line)
+            kind = record["kind"]
+            if kind == "begin":
+                with self._changed:
+                    self._in_flight += 1
+            elif kind == "ack":
+                with self._changed:
+                    self._acked = max(self._acked, record["seq"])
+                    self._changed.notify_all()
+            elif kind == "hop":
+                self._record(record)
+        with self._changed:
+            self._changed.notify_all()
+
+    def _record(self, record: dict[str, Any]) -> None:
+        hop = Hop(
+            record["started"],
+            record["finished"],
+            record["method"],
+            record["host"],
+            record["path"],
+            record["status"],
+            MappingProxyType(record["request"]),
+            MappingProxyType(record["response"]),
+        )
+        with self._changed:
+            if record["counted"]:
                 self._in_flight -= 1
-                self._hops.append(hop)
-                self._changed.notify_all()
-            watching = time.thread_time()
-            for listener in self._listeners:
-                try:
-                    listener(hop)
-                except Exception:  # a watcher's bug must not break the network
-                    log.exception("service proxy listener failed")
-            request.watched = time.thread_time() - watching  # the watcher's time, not the proxy's
-
-    def _tunnel(self, request: _Handler) -> None:
-        """``CONNECT host:port``: a byte tunnel to where :attr:`tunnels` maps the host, kept as one hop."""
-        started = time.time()
-        host = request.path.rsplit(":", 1)[0].strip("[]")
-        target = self.tunnels.lookup(host)
-        status = 502
-        try:
-            upstream = socket.create_connection(target, timeout=10) if target is not None else None
-            if upstream is not None:  # TLS records both ways as they come, no delayed ACK waits
-                upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            upstream = None
-        try:
-            if upstream is None:
-                request.send_error(502, f"service proxy: no Service answers for {host!r}")
-                return
-            status = 200
-            request.send_response_only(200, "Connection established")
-            request.end_headers()
-            request.wfile.flush()
-            _relay(request.connection, upstream)
-            request.close_connection = True
-        finally:
-            if upstream is not None:
-                upstream.close()
-            hop = Hop(started, time.time(), "CONNECT", host.lower(), "", status)
-            with self._changed:
-                self._hops.append(hop)
-                self._changed.notify_all()
-
-    def _exchange(
-        self, target: tuple[str, int], method: str, path: str, headers: list[tuple[str, str]], body: bytes
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        error: Exception | None = None
-        for _ in range(2):
-            reused = target in getattr(self._local, "pool", {})
-            connection = self._connection(target)
+            self._hops.append(hop)
+            self._changed.notify_all()
+        for listener in self._listeners:
             try:
-                connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-                for key, value in headers:
-                    connection.putheader(key, value)
-                connection.putheader("Content-Length", str(len(body)))
-                connection.endheaders(body)
-                response = connection.getresponse()
-                return response.status, response.getheaders(), response.read()
-            except (OSError, http.client.HTTPException) as err:
-                error = err
-                connection.close()
-                self._local.pool.pop(target, None)
-                if not reused:  # only a kept-alive connection the peer closed is tried again, once:
-                    break  # a fresh one that failed may have delivered (a POST must not go twice)
-        return 502, [], f"service proxy: {target[0]}:{target[1]}: {error}\n".encode()
-
-
-def _relay(client: socket.socket, upstream: socket.socket, idle_seconds: float = 60.0) -> None:
-    """Copy bytes both ways until either side closes (or nothing moves for ``idle_seconds``).
-    A selector (epoll), not ``select.select``: that refuses a descriptor numbered 1024 or more, which
-    a proxy with many tunnels open has (resync probing a thousand vClusters, 8 at a time)."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(client, selectors.EVENT_READ, upstream)
-        selector.register(upstream, selectors.EVENT_READ, client)
-        while True:
-            ready = selector.select(idle_seconds)
-            if not ready:
-                return
-            for key, _ in ready:
-                sock: socket.socket = key.fileobj  # type: ignore[assignment]
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    return
-                if not data:
-                    return
-                key.data.sendall(data)
+                listener(hop)
+            except Exception:  # a watcher's bug must not stop the record
+                log.exception("service proxy listener failed")
+        if "target" in record and self._taps:
+            exchange = Exchange(
+                record["started"],
+                record["target"],
+                record["method"],
+                record["path"],
+                tuple((k, v) for k, v in record["request_headers"]),
+                base64.b64decode(record.get("request_body") or ""),
+                record["status"],
+                tuple((k, v) for k, v in record["response_headers"]),
+                base64.b64decode(record.get("response_body") or ""),
+            )
+            for tap in self._taps:
+                tap(exchange)
 
 
 def send_answer(

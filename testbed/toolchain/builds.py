@@ -195,6 +195,15 @@ BUILDS: Mapping[str, GoBuild] = {
         source_dir=TOOLS_SRC / "knative-check",
         sums=KNATIVE_EVENTING_SUMS,
     ),
+    # The local tier's cluster DNS and kube-proxy stand-in (testbed.standins.service_proxy drives
+    # it): a Go program of ours, the standard library only.
+    "service-proxy": GoBuild(
+        name="service-proxy",
+        version="1",
+        requires=(),
+        packages=(("service-proxy", "."),),
+        source_dir=TOOLS_SRC / "service-proxy",
+    ),
     # promtool checks and unit-tests the alert rules. `remove_all_sd` leaves out Prometheus's
     # service discovery plugins (cloud SDKs), which promtool's rule checks never use: 54 MB instead
     # of 88 MB, and about half the build time (2 cores, empty Go cache: 2.3-2.9 minutes, not 5.7).

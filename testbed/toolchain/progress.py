@@ -51,6 +51,7 @@ DEFAULT_SECONDS: Mapping[str, float] = {
     "in_memory_channel_controller": 8.0,
     "in_memory_channel_dispatcher": 5.0,
     "mtping": 3.0,
+    "service-proxy": 10.0,  # net/http is compiled already (the tools before it)
     "knative-check": 90.0,
     # Measured alone from an empty GOCACHE, jaeger after promtool (so a little high: in ensure_all's
     # order they also find the grpc, protobuf and OpenTelemetry packages the tools before compiled).

@@ -43,6 +43,7 @@ class Toolchain:
     knative_config: Path  # eventing/ (Eventing's config/) and serving-crds/ (Serving's 300-resources/)
     promtool: Path
     jaeger: Path  # Jaeger v2 all-in-one: the trace receiver with a query API (testbed.jaeger)
+    service_proxy: Path  # the cluster DNS and kube-proxy stand-in (testbed.standins.service_proxy)
 
     def bin_dirs(self) -> list[Path]:
         return sorted({p.parent for p in (self.etcd, self.kube_apiserver, self.kubectl, self.helm)})
@@ -103,7 +104,7 @@ def ensure_all() -> Toolchain:
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     envtest = _envtest_binaries(assets) if assets else None
     names = [] if envtest else ["kubernetes", "etcd"]
-    names += ["kube-controller-manager", "helm", "registry", "apiserver-adapter", "knative-eventing"]
+    names += ["kube-controller-manager", "helm", "registry", "apiserver-adapter", "knative-eventing", "service-proxy"]
     names += ["promtool", "jaeger"]
     progress = _progress(names)
     progress.announce(cache_root())
@@ -123,6 +124,7 @@ def ensure_all() -> Toolchain:
         knative_config=bins["knative-eventing"].parent / "config",
         promtool=bins["promtool"] / "promtool",
         jaeger=bins["jaeger"] / "jaeger",
+        service_proxy=bins["service-proxy"] / "service-proxy",
     )
 
 

@@ -61,7 +61,7 @@ from shared.adapters.kube import Kube
 from testbed.live import LiveView
 from testbed.local import runner
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
-from testbed.standins.service_proxy import ServiceProxy
+from testbed.standins.service_proxy import Exchange, ServiceProxy
 
 from .support import phase_of, tenant_yaml, wait_for
 
@@ -199,45 +199,21 @@ def summary(hits: list[Hit], limit: int = 30) -> str:
 # -- watching the life ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TappedHop:
-    """A request the service proxy forwarded, in full, and its answer."""
-
-    started: float
-    method: str
-    host: str
-    path: str
-    request_headers: tuple[tuple[str, str], ...]
-    request_body: bytes
-    status: int
-    response_headers: tuple[tuple[str, str], ...]
-    response_body: bytes
-
-
 class Wiretap:
     """Every exchange the service proxy makes with a Service, bodies included (the test bed's
-    :class:`~testbed.standins.service_proxy.Hop` keeps only ``ce-*`` headers and ``Retry-After``).
-    It wraps the proxy's exchange on this one instance, in this process; nothing is changed."""
+    :class:`~testbed.standins.service_proxy.Hop` keeps only ``ce-*`` headers and ``Retry-After``):
+    the proxy's tap, on this one instance; nothing is changed."""
 
     def __init__(self, proxy: ServiceProxy) -> None:
-        self.hops: list[TappedHop] = []
+        self.hops: list[Exchange] = []
         self._lock = threading.Lock()
-        exchange = proxy._exchange
+        proxy.tap(self._seen)
 
-        def tapped(
-            target: tuple[str, int], method: str, path: str, headers: list[tuple[str, str]], body: bytes
-        ) -> tuple[int, list[tuple[str, str]], bytes]:
-            started = time.time()
-            status, reply_headers, data = exchange(target, method, path, headers, body)
-            host = next((v for k, v in headers if k.lower() == "host"), f"{target[0]}:{target[1]}")
-            hop = TappedHop(started, method, host, path, tuple(headers), body, status, tuple(reply_headers), data)
-            with self._lock:
-                self.hops.append(hop)
-            return status, reply_headers, data
+    def _seen(self, exchange: Exchange) -> None:
+        with self._lock:
+            self.hops.append(exchange)
 
-        proxy._exchange = tapped  # type: ignore[method-assign]
-
-    def recorded(self) -> list[TappedHop]:
+    def recorded(self) -> list[Exchange]:
         with self._lock:
             return list(self.hops)
 
@@ -533,7 +509,7 @@ def live(pipeline: Stack, evidence: Evidence, observer: Observer) -> None:
         kube.close()
 
 
-def hop_text(hop: TappedHop) -> tuple[str, str | None]:
+def hop_text(hop: Exchange) -> tuple[str, str | None]:
     """A tapped hop as text, without its Authorization header (returned apart)."""
     authorization = None
     lines = [f"{hop.method} {hop.host}{hop.path} -> {hop.status}"]
