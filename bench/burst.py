@@ -103,6 +103,7 @@ class Burst:
     ready_at: Mapping[str, float]  # Tenant name -> time.time()
     idle: float  # time.time() when the broker had nothing left to deliver
     cpu: Mapping[str, float]  # CPU seconds by part of the stack, from apply to idle
+    proxied: int = 0  # requests the service proxy answered, from apply to idle (a tunnel is one)
 
     def during(self, at: float) -> bool:
         return self.started <= at <= self.idle
@@ -182,6 +183,7 @@ class PhaseWatch:
 def burst(stack: Stack, watch: PhaseWatch, names: Sequence[str], timeout: float) -> Burst:
     manifest = "\n---\n".join(yaml.safe_dump(tenant(name)) for name in names)
     cpu_before = cpu_by_part(stack, (watch.pid,))
+    proxied = stack.proxy.handled()
     started = time.time()
     stack.kubectl("apply", "-f", "-", input=manifest)
     while len(ready_at := watch.ready(names)) < len(names):
@@ -192,7 +194,7 @@ def burst(stack: Stack, watch: PhaseWatch, names: Sequence[str], timeout: float)
         raise RuntimeError(f"the broker still has retries to make: {stack.watch.pending()}")
     idle = time.time()
     cpu = {part: seconds - cpu_before.get(part, 0.0) for part, seconds in cpu_by_part(stack, (watch.pid,)).items()}
-    return Burst(started, ready_at, idle, cpu)
+    return Burst(started, ready_at, idle, cpu, stack.proxy.handled() - proxied)
 
 
 def delete_tenants(stack: Stack, kube: Kube, names: Sequence[str], timeout: float) -> float:
@@ -517,11 +519,16 @@ def cpu_table(n: int, bursts: Sequence[Burst]) -> Table:
     ]
     rows.append(("all", spread(totals, digits=1), "100%", f"{statistics.median(totals) / n * 1000:.0f}"))
     busy = statistics.median(t / c for t, c in zip(totals, capacity, strict=True)) * 100
+    notes = [f"The machine's cores were {busy:.0f}% busy over the bursts (CPU seconds / cores x wall time)."]
+    if all(b.proxied for b in bursts):
+        per_request = statistics.median(b.cpu.get(PROXY_PART, 0.0) / b.proxied for b in bursts) * 1000
+        requests = statistics.median(b.proxied for b in bursts) / n
+        notes.append(f"The service proxy answered {requests:.1f} requests a Tenant, {per_request:.2f} ms of CPU each.")
     return table(
         "Where the CPU goes during a burst (apply to broker idle; CPU seconds)",
         ("part", "CPU s", "share", "ms per Tenant"),
         rows,
-        (f"The machine's cores were {busy:.0f}% busy over the bursts (CPU seconds / cores x wall time).",),
+        tuple(notes),
     )
 
 

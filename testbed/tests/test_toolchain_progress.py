@@ -289,15 +289,17 @@ def test_a_cold_ensure_all_announces_its_plan_and_fills_in_knative(
     assert tools.knative_config == knative / "config"
     assert (tools.knative_config / "eventing" / "core" / "crd.yaml").is_file()
     assert (tools.knative_config / "serving-crds").is_dir()
-    assert fake_go[-9:-2] == list(toolchain.BUILDS["knative-eventing"].binaries)
+    assert fake_go[-10:-3] == list(toolchain.BUILDS["knative-eventing"].binaries)
     tools_dir = tmp_path / "cache" / "tools"
+    assert tools.service_proxy.parent.parent.name.startswith("service-proxy-1-")  # named by its source's digest
+    assert tools.service_proxy.name == "service-proxy" and tools.service_proxy.is_file()
     assert tools.promtool == tools_dir / f"promtool-{toolchain.PROMETHEUS_VERSION}" / "bin" / "promtool"
     assert tools.jaeger == tools_dir / f"jaeger-{toolchain.JAEGER_VERSION}" / "bin" / "jaeger"
-    assert fake_go[-2:] == ["promtool", "jaeger"]
+    assert fake_go[-3:] == ["service-proxy", "promtool", "jaeger"]
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(
-        "toolchain: 7 tool(s) to build from the Go module proxy "
-        "(kube-controller-manager, helm, registry, apiserver-adapter, knative-eventing, promtool, jaeger), usually ~"
+        "toolchain: 8 tool(s) to build from the Go module proxy (kube-controller-manager, helm, registry, "
+        "apiserver-adapter, knative-eventing, service-proxy, promtool, jaeger), usually ~"
     )
     assert err[-1].endswith("; nothing left to build")
 

@@ -229,6 +229,7 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodHead {
 		w.Write(data) // a client that gave up is its own business; the hop is recorded all the same
 	}
+	http.NewResponseController(w).Flush() // the answer goes out before the record, as it would on the wire
 	record.Started, record.Finished = started, now()
 	p.out.emit(record)
 }
