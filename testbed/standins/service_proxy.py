@@ -294,6 +294,8 @@ class ServiceProxy:
                     self._changed.notify_all()
             elif kind == "hop":
                 self._record(record)
+        if self._process is process:  # not stopped by us: every request for a Service now goes unanswered
+            log.error("the service proxy (pid %d) exited with code %s", process.pid, process.wait())
         with self._changed:
             self._changed.notify_all()
 

@@ -6,6 +6,9 @@ Real loopback HTTP: the proxy and a small upstream server both listen on 127.0.0
 from __future__ import annotations
 
 import http.server
+import logging
+import os
+import signal
 import socket
 import threading
 import time
@@ -347,3 +350,17 @@ def test_a_tap_sees_each_exchange_in_full_and_an_unrouted_request_is_not_one(
     assert exchange.request_body == b'{"tenant": "a"}' and ("Ce-Id", "e-1") in exchange.request_headers
     assert exchange.status == 200 and exchange.response_body == b'{"answer": 1}'
     assert ("Ce-Id", "reply-1") in exchange.response_headers
+
+
+def test_a_proxy_that_dies_under_the_test_bed_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    proxy = ServiceProxy()
+    proxy.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="testbed.standins.service_proxy"):
+            os.kill(proxy.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while not caplog.records and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert [r.getMessage() for r in caplog.records] == [f"the service proxy (pid {proxy.pid}) exited with code -9"]
+    finally:
+        proxy.stop()
