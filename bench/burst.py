@@ -363,8 +363,9 @@ def poll_intervals(stack: Stack, kube: Kube, polls: int) -> tuple[list[float], l
 # in the kernel. Until 2026-12-07 it was Python threads of this process: at first its forwarding
 # was in this process's row ("this benchmark (kubectl, watch)", which also left out the running
 # `kubectl get --watch`: a child's CPU reaches the parent's only once it is reaped); from 15:14
-# that day its handler threads' time had its own row; from the evening it is a Go process, about
-# a tenth of the Python proxy's cost a hop. Reading its hop lines is this process's work.
+# that day its handler threads' time had its own row; from 19:07 it is a Go process, about half
+# the Python proxy's CPU a request (0.51-0.55 ms against 1.08). Reading its hop lines is this
+# process's work.
 BENCH_PART = "this benchmark's process (its watches, the kubeopera-api stand-in) and its kubectl"
 PROXY_PART = "the test bed's service proxy (in a cluster: the kernel's forwarding)"
 

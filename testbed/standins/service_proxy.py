@@ -25,7 +25,8 @@ the client and that server (SNI, certificates and all). A host no tunnel route n
 The forwarding is a Go program of ours (``tools/service-proxy``, built by the toolchain); this
 module starts it, sends it the routes and reads back a JSON line for every hop. In a cluster the
 forwarding is the kernel's and costs next to nothing; the Python proxy this replaced cost about
-2.5 ms of CPU a hop in the process that ran it, a tenth of a burst's CPU on two cores. A benchmark
+1.1 ms of CPU a request in the process that ran it (9% of a burst's CPU on two cores), the Go
+program about 0.5 ms (bench/RESULTS.md, 2026-12-07 19:07 and 19:31). A benchmark
 still tells the proxy's CPU apart from its own (:meth:`ServiceProxy.cpu_seconds`: the Go process's);
 reading the hop lines and calling the listeners is the watcher's work, in the watcher's process.
 """

@@ -14,8 +14,9 @@
 //	        (a tunnel's hop when it closes)
 //
 // It exits when its stdin closes, so it never outlives the test bed process that started it.
-// It replaces a Python proxy that cost about 2.5 ms of CPU a hop (a tenth of a burst's CPU on
-// two cores); in a cluster this forwarding is the kernel's and costs next to nothing.
+// It replaces a Python proxy that cost about 1.1 ms of CPU a request in a burst (9% of the burst's
+// CPU on two cores; this one 0.5 ms, bench/RESULTS.md 2026-12-07 19:07); in a cluster this
+// forwarding is the kernel's and costs next to nothing.
 //
 // Forwarding keeps the Python proxy's rules: hop-by-hop headers (RFC 9110 section 7.6.1) are
 // dropped, the body is sent whole with its length, no header is added (no User-Agent, no
