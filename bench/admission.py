@@ -32,10 +32,10 @@ import requests
 from testbed.controlplane import kubectl
 from testbed.controlplane.startup import start_control_plane
 from testbed.processes import Supervisor
+from testbed.processes.procfs import cpu_seconds
 from testbed.project import project_path
 from testbed.toolchain import ensure_all
 
-from .procfs import cpu_seconds
 from .report import Table, spread, table
 
 POLICY_DIR = project_path("deploy", "base", "policy")

@@ -62,11 +62,11 @@ from testbed.local import profiling
 from testbed.local.manifests import VCLUSTER_WATCH, declared_concurrency
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, start_stack
 from testbed.processes import run
+from testbed.processes.procfs import children, cpu_seconds, rss_mib
 from testbed.registry import helm_env
 from testbed.toolchain import ensure_all
 
 from . import apiserver_profile
-from .procfs import children, cpu_seconds, rss_mib
 from .report import Table, ms, percentile, spread, table
 from .workload import provision, tenant
 

@@ -36,8 +36,8 @@ from shared.model.tenant import TenantRef
 from testbed.local.stack import TENANT_NAMESPACE, Stack, StackOptions, project_path, start_stack
 from testbed.local.ticker import ping_event
 from testbed.processes.ports import free_port
+from testbed.processes.procfs import children, rss_mib
 
-from .procfs import children, rss_mib
 from .report import Table, spread, table
 from .workload import provision
 

@@ -32,9 +32,9 @@ from shared.model.tenant import Tenant
 from testbed.admin_kube import AdminKube
 from testbed.local.stack import Stack, StackOptions, start_stack
 from testbed.processes import run
+from testbed.processes.procfs import children, rss_mib
 from testbed.registry import helm_env
 
-from .procfs import children, rss_mib
 from .report import Table, table
 from .workload import provision, tenant
 

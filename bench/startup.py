@@ -16,8 +16,7 @@ import time
 from collections import defaultdict
 
 from testbed.local.stack import StackOptions, start_stack
-
-from .procfs import children, rss_mib
+from testbed.processes.procfs import children, rss_mib
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,6 @@ import base64
 import http.server
 import json
 import logging
-import os
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
@@ -46,6 +45,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from testbed.processes import procfs
 from testbed.toolchain import ensure
 
 log = logging.getLogger(__name__)
@@ -248,13 +248,7 @@ class ServiceProxy:
 
     def cpu_seconds(self) -> float:
         """CPU seconds the proxy's process has spent so far: what the kernel does in a cluster."""
-        if self._process is None:
-            return 0.0
-        try:
-            fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        return 0.0 if self._process is None else procfs.cpu_seconds(self._process.pid)[0]
 
     def handled(self) -> int:
         """How many requests the proxy has answered so far (a tunnel is one, once it closes)."""
