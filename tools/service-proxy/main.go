@@ -167,6 +167,17 @@ func kept(headers http.Header, named map[string]bool) map[string]string {
 	return result
 }
 
+// endToEnd is a header set without its hop-by-hop headers.
+func endToEnd(headers http.Header) http.Header {
+	result := http.Header{}
+	for key, values := range headers {
+		if !hopByHop[strings.ToLower(key)] {
+			result[key] = values
+		}
+	}
+	return result
+}
+
 func pairs(headers http.Header) [][2]string {
 	result := [][2]string{}
 	for key, values := range headers {
@@ -185,12 +196,7 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	path := r.URL.RequestURI()
 	body, readErr := io.ReadAll(r.Body) // the server has undone a chunked encoding
-	headers := http.Header{}
-	for key, values := range r.Header {
-		if !hopByHop[strings.ToLower(key)] {
-			headers[key] = values
-		}
-	}
+	headers := endToEnd(r.Header)
 	p.out.emit(map[string]string{"kind": "begin"})
 	record := hop{Kind: "hop", Method: r.Method, Host: strings.ToLower(host), Path: path, Status: http.StatusBadGateway,
 		Counted: true, Request: kept(headers, keptRequest), Response: map[string]string{}}
@@ -214,10 +220,8 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	answer := w.Header()
-	for key, values := range replyHeaders {
-		if !hopByHop[strings.ToLower(key)] {
-			answer[key] = values
-		}
+	for key, values := range endToEnd(replyHeaders) {
+		answer[key] = values
 	}
 	answer["Date"] = nil // nothing the Service did not say
 	if replyHeaders == nil {
@@ -240,23 +244,28 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 func (p *proxy) exchange(r *http.Request, target, path string, headers http.Header, body []byte) (int, http.Header, []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), answerTimeout)
 	defer cancel()
-	outgoing, err := http.NewRequestWithContext(ctx, r.Method, "http://"+target+path, bytes.NewReader(body))
-	if err == nil {
-		outgoing.Host = r.Host
-		outgoing.Header = headers.Clone()
-		if _, ok := outgoing.Header["User-Agent"]; !ok {
-			outgoing.Header["User-Agent"] = []string{""} // none, as the client sent none
-		}
-		var response *http.Response
-		if response, err = p.transport.RoundTrip(outgoing); err == nil {
-			defer response.Body.Close()
-			var data []byte
-			if data, err = io.ReadAll(response.Body); err == nil {
-				return response.StatusCode, response.Header, data
-			}
-		}
+	failed := func(err error) (int, http.Header, []byte) {
+		return http.StatusBadGateway, nil, []byte(fmt.Sprintf("service proxy: %s: %v\n", target, err))
 	}
-	return http.StatusBadGateway, nil, []byte(fmt.Sprintf("service proxy: %s: %v\n", target, err))
+	outgoing, err := http.NewRequestWithContext(ctx, r.Method, "http://"+target+path, bytes.NewReader(body))
+	if err != nil {
+		return failed(err)
+	}
+	outgoing.Host = r.Host
+	outgoing.Header = headers.Clone()
+	if _, ok := outgoing.Header["User-Agent"]; !ok {
+		outgoing.Header["User-Agent"] = []string{""} // none, as the client sent none
+	}
+	response, err := p.transport.RoundTrip(outgoing)
+	if err != nil {
+		return failed(err)
+	}
+	defer response.Body.Close()
+	data, err := io.ReadAll(response.Body)
+	if err != nil {
+		return failed(err)
+	}
+	return response.StatusCode, response.Header, data
 }
 
 // tunnel answers CONNECT host:port with a byte tunnel to where the tunnel routes map the host.
