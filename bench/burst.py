@@ -103,7 +103,7 @@ class Burst:
     ready_at: Mapping[str, float]  # Tenant name -> time.time()
     idle: float  # time.time() when the broker had nothing left to deliver
     cpu: Mapping[str, float]  # CPU seconds by part of the stack, from apply to idle
-    proxied: int = 0  # requests the service proxy answered, from apply to idle (a tunnel is one)
+    proxied: int  # requests the service proxy answered, from apply to idle (a tunnel is one)
 
     def during(self, at: float) -> bool:
         return self.started <= at <= self.idle
